@@ -1,0 +1,1 @@
+"""creditlens service: store episodes, compute per-token advantages, render them."""

@@ -1,0 +1,1 @@
+"""Lab result cache table (owned by the lambda lab)."""

@@ -1,0 +1,48 @@
+"""The FastAPI application: one factory, routers from each part of the service."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from .db import init_db, make_engine
+from .settings import ROOT, Settings, get_settings
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    engine = make_engine(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        init_db(engine)
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="creditlens",
+        version="0.1.0",
+        description="Per-token advantages for multi-turn RL agent episodes.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+
+    from .api import router as api_router
+    from .lab.routes import router as lab_router
+    from .sim.routes import router as sim_router
+    from .web import router as web_router
+
+    app.include_router(api_router)
+    app.include_router(sim_router)
+    app.include_router(lab_router)
+    app.include_router(web_router)
+    app.mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static")
+
+    @app.get("/healthz", tags=["meta"])
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,1 @@
+"""Database tables (owned by the service backend)."""

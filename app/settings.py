@@ -1,0 +1,37 @@
+"""Settings, read from CREDITLENS_* environment variables (pydantic-settings), validated at start-up."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CREDITLENS_", extra="ignore")
+
+    database_url: str = Field(default=f"sqlite:///{ROOT / 'data' / 'creditlens.db'}")
+    # Upload limits: each answers 413 with a message when exceeded.
+    max_upload_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    max_tokens_per_episode: int = Field(default=131_072, gt=0)
+    max_episodes_per_upload: int = Field(default=20_000, gt=0)
+    # Optional write token: when set, uploads, samples and deletes need `Authorization: Bearer <token>`.
+    write_token: str | None = None
+    # Load the demo fixtures into an empty database on start.
+    demo: bool = False
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_scheme(cls, v: str) -> str:
+        if not (v.startswith("sqlite") or v.startswith("postgresql")):
+            raise ValueError("CREDITLENS_DATABASE_URL must be a sqlite:// or postgresql+psycopg:// URL")
+        return v
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Token-level BugFix-style agent simulator."""

@@ -1,0 +1,9 @@
+"""The one Jinja2 environment every HTML route renders with."""
+
+from __future__ import annotations
+
+from fastapi.templating import Jinja2Templates
+
+from .settings import ROOT
+
+templates = Jinja2Templates(directory=str(ROOT / "templates"))

@@ -1,0 +1,1 @@
+"""Importing this module registers every built-in estimator (see registry.py)."""
