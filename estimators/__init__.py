@@ -5,6 +5,63 @@ advances only on policy tokens; every recursion carries its state unchanged acro
 positions; outputs are 0 off-mask.
 """
 
+from .groups import (
+    GroupStats,
+    batch_whiten,
+    dr_grpo,
+    gpg,
+    group_center_batch_scale,
+    group_mean,
+    group_stats,
+    grpo,
+    grpo_passk,
+    opo,
+    rloo,
+)
 from .registry import EstimatorInput, EstimatorOutput, EstimatorSpec, available, compute, get, register
+from .stats import explained_variance, masked_mean, masked_var, whiten
+from .token import (
+    gae,
+    nstep_returns,
+    outcome_rewards,
+    packed_gae,
+    per_turn_mean,
+    returns_to_go,
+    td_errors,
+    turn_gae,
+    turn_spans,
+)
 
-__all__ = ["EstimatorInput", "EstimatorOutput", "EstimatorSpec", "available", "compute", "get", "register"]
+__all__ = [
+    "EstimatorInput",
+    "EstimatorOutput",
+    "EstimatorSpec",
+    "GroupStats",
+    "available",
+    "batch_whiten",
+    "compute",
+    "dr_grpo",
+    "explained_variance",
+    "gae",
+    "get",
+    "gpg",
+    "group_center_batch_scale",
+    "group_mean",
+    "group_stats",
+    "grpo",
+    "grpo_passk",
+    "masked_mean",
+    "masked_var",
+    "nstep_returns",
+    "opo",
+    "outcome_rewards",
+    "packed_gae",
+    "per_turn_mean",
+    "register",
+    "returns_to_go",
+    "rloo",
+    "td_errors",
+    "turn_gae",
+    "turn_spans",
+    "whiten",
+]

@@ -1,1 +1,206 @@
-"""Importing this module registers every built-in estimator (see registry.py)."""
+"""Importing this module registers every built-in estimator (see registry.py).
+
+Each wrapper adapts one function of ``token.py`` / ``groups.py`` / ``verl_family.py`` to the shared
+call shape ``fn(inp: EstimatorInput, **params) -> EstimatorOutput``.
+
+Outcome/group wrappers take one score per episode, ``inp.scores`` = the sum of rewards over
+*policy* positions (``score="masked"``, the default). verl sums the whole row without the mask;
+``score="unmasked"`` reproduces that. ``groups=None`` means the whole batch is one group. The
+per-episode advantage is broadcast onto the row's policy tokens (0 elsewhere) and also returned as
+``extras["episode_advantages"]`` [B].
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import groups as G
+from . import token as T
+from . import verl_family as V  # noqa: F401  (filled in next)
+from .registry import EstimatorInput, EstimatorOutput, register
+from .stats import whiten
+
+
+def _mask(inp: EstimatorInput) -> Tensor:
+    return inp.mask != 0
+
+
+def _dtype(inp: EstimatorInput) -> torch.dtype:
+    return inp.rewards.dtype if inp.rewards.is_floating_point() else torch.get_default_dtype()
+
+
+def _scores(inp: EstimatorInput, score: str) -> Tensor:
+    if score == "masked":
+        return inp.scores
+    if score == "unmasked":
+        return inp.rewards.sum(-1)
+    raise ValueError(f"score must be 'masked' or 'unmasked', got {score!r}")
+
+
+def _broadcast(inp: EstimatorInput, adv: Tensor, **extras) -> EstimatorOutput:
+    m = _mask(inp)
+    a = adv.to(_dtype(inp))
+    return EstimatorOutput(advantages=a[:, None] * m.to(a.dtype), extras={"episode_advantages": a, **extras})
+
+
+# ---- token / turn schemes -------------------------------------------------------------------
+
+
+@register(
+    "returns",
+    label="returns-to-go",
+    description="Discounted sum of the rewards from this policy token on (gamma once per policy token).",
+    kind="token",
+)
+def _returns(inp: EstimatorInput) -> EstimatorOutput:
+    g = T.returns_to_go(inp.rewards, inp.mask, inp.gamma)
+    return EstimatorOutput(advantages=g, value_targets=g)
+
+
+@register(
+    "td",
+    label="TD error",
+    description="One-step TD error r + gamma V(next policy token) - V: GAE with lambda = 0.",
+    kind="token",
+    needs_values=True,
+)
+def _td(inp: EstimatorInput) -> EstimatorOutput:
+    d = T.td_errors(inp.rewards, inp.values, inp.mask, inp.gamma, inp.last_value)
+    return EstimatorOutput(advantages=d, value_targets=d + inp.values * _mask(inp))
+
+
+@register(
+    "nstep",
+    label="n-step",
+    description="n-step return minus V: n real rewards, then bootstrap from the critic.",
+    kind="token",
+    needs_values=True,
+    params={"n": 5},
+)
+def _nstep(inp: EstimatorInput, n: int = 5) -> EstimatorOutput:
+    g = T.nstep_returns(inp.rewards, inp.values, inp.mask, n, inp.gamma, inp.last_value)
+    return EstimatorOutput(advantages=g - inp.values * _mask(inp), value_targets=g)
+
+
+@register(
+    "token_gae",
+    label="token GAE",
+    description="GAE with one step per policy token; tool spans are skipped, not stepped through.",
+    kind="token",
+    needs_values=True,
+)
+def _token_gae(inp: EstimatorInput) -> EstimatorOutput:
+    a, t = T.gae(inp.rewards, inp.values, inp.mask, inp.gamma, inp.lam, inp.last_value)
+    return EstimatorOutput(advantages=a, value_targets=t)
+
+
+@register(
+    "turn_gae",
+    label="turn GAE",
+    description="GAE with one step per turn (call); each turn's advantage is shared by its tokens.",
+    kind="turn",
+    needs_values=True,
+)
+def _turn_gae(inp: EstimatorInput) -> EstimatorOutput:
+    a, t = T.turn_gae(inp.rewards, inp.values, inp.mask, inp.gamma, inp.lam, inp.turn_ids, inp.last_value)
+    return EstimatorOutput(advantages=a, value_targets=t)
+
+
+@register(
+    "verl_gae",
+    label="GAE (verl, whitened)",
+    description="Token GAE followed by verl's global masked whitening (mean 0, unit variance over the batch).",
+    kind="token",
+    needs_values=True,
+    verl_name="gae",
+)
+def _verl_gae(inp: EstimatorInput) -> EstimatorOutput:
+    a, t = T.gae(inp.rewards, inp.values, inp.mask, inp.gamma, inp.lam, inp.last_value)
+    m = _mask(inp)
+    return EstimatorOutput(advantages=whiten(a, m) * m, value_targets=t, extras={"raw_advantages": a})
+
+
+# ---- outcome / group schemes ----------------------------------------------------------------
+
+_SCORE = {"score": "masked"}
+
+
+@register(
+    "group_mean",
+    label="group mean",
+    description="Episode score minus the mean score of its group (singleton: 0).",
+    kind="outcome",
+    params=dict(_SCORE),
+)
+def _group_mean(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
+    return _broadcast(inp, G.group_mean(_scores(inp, score), inp.groups))
+
+
+@register(
+    "grpo",
+    label="GRPO",
+    description="Score minus group mean, divided by the group's std (+1e-6).",
+    kind="outcome",
+    params={"std": "sample", "eps": 1e-6, **_SCORE},
+    verl_name="grpo",
+)
+def _grpo(
+    inp: EstimatorInput, std: str = "sample", eps: float = 1e-6, score: str = "masked"
+) -> EstimatorOutput:
+    return _broadcast(inp, G.grpo(_scores(inp, score), inp.groups, std=std, eps=eps))
+
+
+@register(
+    "dr_grpo",
+    label="Dr. GRPO",
+    description="Score minus group mean, no std division (singleton keeps its score, as verl).",
+    kind="outcome",
+    params=dict(_SCORE),
+    verl_name="grpo (norm_adv_by_std_in_grpo=False)",
+)
+def _dr_grpo(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
+    return _broadcast(inp, G.dr_grpo(_scores(inp, score), inp.groups))
+
+
+@register(
+    "rloo",
+    label="RLOO",
+    description="Score minus the mean of the other group members (= G/(G-1) x group mean advantage).",
+    kind="outcome",
+    params={"singleton": "score", **_SCORE},
+    verl_name="rloo",
+)
+def _rloo(inp: EstimatorInput, singleton: str = "score", score: str = "masked") -> EstimatorOutput:
+    return _broadcast(inp, G.rloo(_scores(inp, score), inp.groups, singleton=singleton))
+
+
+@register(
+    "batch_whiten",
+    label="batch whitening",
+    description="Score whitened across the whole batch (groups ignored): compares attempts at different tasks.",
+    kind="outcome",
+    params={"std": "sample", "eps": 1e-6, **_SCORE},
+)
+def _batch_whiten(
+    inp: EstimatorInput, std: str = "sample", eps: float = 1e-6, score: str = "masked"
+) -> EstimatorOutput:
+    return _broadcast(inp, G.batch_whiten(_scores(inp, score), None, std=std, eps=eps))
+
+
+@register(
+    "group_center_batch_scale",
+    label="group-centred, batch-scaled",
+    description="Score minus group mean, divided by one batch-wide std (no per-group difficulty weighting).",
+    kind="outcome",
+    params={"scale_of": "scores", "std": "sample", "eps": 1e-6, **_SCORE},
+)
+def _gcbs(
+    inp: EstimatorInput,
+    scale_of: str = "scores",
+    std: str = "sample",
+    eps: float = 1e-6,
+    score: str = "masked",
+) -> EstimatorOutput:
+    adv = G.group_center_batch_scale(_scores(inp, score), inp.groups, scale_of=scale_of, std=std, eps=eps)
+    return _broadcast(inp, adv)

@@ -146,7 +146,9 @@ def compute(name: str, inp: EstimatorInput, **params: Any) -> EstimatorOutput:
     spec = get(name)
     unknown = set(params) - set(spec.params)
     if unknown:
-        raise TypeError(f"estimator {name!r} takes no parameter(s) {sorted(unknown)}; it takes {sorted(spec.params)}")
+        raise TypeError(
+            f"estimator {name!r} takes no parameter(s) {sorted(unknown)}; it takes {sorted(spec.params)}"
+        )
     if spec.needs_values and inp.values is None:
         raise ValueError(f"estimator {name!r} needs values (a critic)")
     with torch.no_grad():

@@ -1,0 +1,123 @@
+"""The two primitives every masked recursion is built from.
+
+1. **Compression** (:func:`compress`): policy positions of each row are packed to the left of a
+   ``[B, W]`` buffer (``pos = cumsum(mask) - 1``), so "the next policy position" is just "the next
+   column" and a masked recursion becomes a plain constant-coefficient one. Non-policy positions
+   all point at one dummy column (``W - 1``), kept at 0, so gathering back puts 0 off-mask.
+
+2. **Reverse linear scan** (:func:`reverse_scan`): ``A[i] = d[i] + c * A[i+1]`` (``A[W] = 0``)
+   without a Python loop over time. Columns are cut into chunks of K; inside a chunk the sums are
+   one matmul with the K x K matrix ``c^(j-i)`` (j >= i); the carries between chunks solve the same
+   problem with coefficient ``c^K`` one level up (recursively). Every power is <= 1, so the scan is
+   stable for any T and any ``c`` in [0, 1]; c = 0 and c = 1 are exact. The carries run in float64,
+   so float32 inputs only see the rounding of K-term sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+CHUNK = 32
+
+
+def _roundup(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
+@dataclass
+class Layout:
+    """Where each policy token of a ``[B, T]`` batch sits in a left-aligned ``[B, W]`` buffer.
+
+    m:      [B, T] bool policy mask.
+    idx:    [B, T] long; a policy token's compressed column, the dummy column ``W - 1`` elsewhere.
+    counts: [B] long number of policy tokens per row (columns ``[0, counts)`` hold data).
+    width:  W; a multiple of :data:`CHUNK`, with at least two zero columns after the longest row.
+    """
+
+    m: Tensor
+    idx: Tensor
+    counts: Tensor
+    width: int
+
+    def scatter(self, x: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """[B, T] -> [B, W]: policy entries packed left, zeros elsewhere."""
+        dtype = dtype or x.dtype
+        buf = torch.zeros(self.idx.shape[0], self.width, dtype=dtype, device=x.device)
+        buf.scatter_(1, self.idx, x.to(dtype))
+        buf[:, -1] = 0
+        return buf
+
+    def gather(self, buf: Tensor) -> Tensor:
+        """[B, W] -> [B, T]; requires ``buf[:, -1] == 0`` so off-mask positions get 0."""
+        return torch.gather(buf, 1, self.idx)
+
+
+def as_bool_mask(mask: Tensor) -> Tensor:
+    """Any-dtype mask -> bool (nonzero = policy)."""
+    return mask if mask.dtype == torch.bool else mask != 0
+
+
+def compress(mask: Tensor, extra: int = 1) -> Layout:
+    """Layout of the policy positions of ``mask`` [B, T] (see :class:`Layout`)."""
+    if mask.ndim != 2:
+        raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
+    m = as_bool_mask(mask)
+    B, T = m.shape
+    pos = torch.cumsum(m, 1, dtype=torch.int64)
+    counts = pos[:, -1].clone() if T > 0 else torch.zeros(B, dtype=torch.int64, device=m.device)
+    width = _roundup(T + extra + 1, CHUNK)
+    pos.sub_(1).masked_fill_(~m, width - 1)
+    return Layout(m=m, idx=pos, counts=counts, width=width)
+
+
+@lru_cache(maxsize=256)
+def _powers(c: float, k: int) -> tuple[Tensor, Tensor]:
+    """(U^T, tail): U[i, j] = c^(j-i) for j >= i else 0 (float64, [k, k]); tail[i] = c^(k-i)."""
+    i = torch.arange(k, dtype=torch.float64)
+    e = i[None, :] - i[:, None]  # j - i
+    u = torch.where(e >= 0, torch.tensor(c, dtype=torch.float64) ** e.clamp(min=0), 0.0)
+    tail = torch.tensor(c, dtype=torch.float64) ** (k - i)
+    return u.T.contiguous(), tail
+
+
+def _mats(c: float, k: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    ut, tail = _powers(float(c), k)
+    return ut.to(dtype=dtype, device=device), tail.to(dtype=dtype, device=device)
+
+
+def reverse_scan(d: Tensor, c: float, chunk: int = CHUNK) -> Tensor:
+    """Solve ``A[:, i] = d[:, i] + c * A[:, i+1]`` with ``A[:, W] = 0`` for ``d`` [B, W].
+
+    ``c`` in [0, 1]. Returns a new tensor of d's dtype. No Python loop over W: chunked matmuls,
+    recursion depth log_K(W).
+    """
+    if not 0.0 <= c <= 1.0:
+        raise ValueError(f"the scan coefficient must be in [0, 1], got {c}")
+    B, W = d.shape
+    if W == 0:
+        return d.clone()
+    if c == 0.0:
+        return d.clone()
+    k = chunk
+    if W <= k:
+        ut, _ = _mats(c, W, d.dtype, d.device)
+        return d @ ut
+    Wp = _roundup(W, k)
+    x = d if Wp == W else torch.nn.functional.pad(d, (0, Wp - W))
+    n = Wp // k
+    ut, tail = _mats(c, k, d.dtype, d.device)
+    local = (x.reshape(B * n, k) @ ut).reshape(B, n, k)
+    # A at the start of chunk m = local head + c^K * A at the start of chunk m+1: same problem.
+    heads = local[:, :, 0].to(torch.float64)
+    starts = reverse_scan(heads, float(c) ** k, chunk)
+    nxt = torch.zeros_like(starts)
+    nxt[:, :-1] = starts[:, 1:]
+    # A = local + c^(K-i) * (A at the start of the next chunk): one rank-1 update per chunk.
+    out = local.reshape(B * n, k)
+    out.addmm_(nxt.reshape(B * n, 1).to(d.dtype), tail.reshape(1, k))
+    out = out.reshape(B, Wp)
+    return out if Wp == W else out[:, :W].contiguous()

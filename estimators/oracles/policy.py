@@ -1,0 +1,136 @@
+"""Tabular softmax policies, a differentiable J(theta), the exact policy gradient, and vectorised
+sampling of episodes into the [B, T] layout (states, actions, rewards, mask) token estimators take."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .mdp import DenseMDP, Solution, TabularMDP
+
+
+def random_logits(mdp: TabularMDP, seed: int = 0, scale: float = 0.0) -> Tensor:
+    """theta [S, A] = scale * N(0, 1) from a seeded generator (shared across t); scale 0 = uniform."""
+    g = torch.Generator().manual_seed(int(seed))
+    return float(scale) * torch.randn(len(mdp.states), len(mdp.actions), generator=g, dtype=torch.float64)
+
+
+def softmax_policy(dense: DenseMDP, theta: Tensor) -> Tensor:
+    """pi [H, S, A] = softmax of theta over the actions available at (t, s); 0 elsewhere.
+
+    theta: [S, A] (shared across t, the book's softmax table) or [H, S, A]. Differentiable in theta.
+    """
+    if theta.dim() == 2:
+        theta = theta.unsqueeze(0).expand(dense.horizon, -1, -1)
+    logits = theta.to(torch.float64).masked_fill(~dense.avail, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+def expected_return(dense: DenseMDP, pi: Tensor) -> Tensor:
+    """J = E[return] by backward induction on tensors (differentiable in pi). pi: [H, S, A]."""
+    H = dense.horizon
+    v_next = torch.zeros(dense.start.shape[0], dtype=torch.float64)
+    for t in reversed(range(H)):
+        cont = (~dense.terminal[t]).to(torch.float64) * (1.0 if t + 1 < H else 0.0)
+        q = (dense.prob[t] * (dense.reward[t] + cont * v_next[dense.next[t]])).sum(-1)  # [S, A]
+        v_next = (pi[t] * q).sum(-1)
+    return (dense.start * v_next).sum()
+
+
+def exact_gradient(mdp: TabularMDP, sol: Solution, pi: Tensor, shared: bool = True) -> Tensor:
+    """Exact gradient of J for a tabular softmax policy, from the solver's visitation and advantages.
+
+    g*(s, a') = sum_t d(t, s) pi_t(a'|s) (A(t, s, a') - sum_a pi_t(a|s) A(t, s, a)).
+    pi: [H, S, A] (the same policy ``sol`` was solved for). Returns [S, A] when theta is shared
+    across t, else [H, S, A]. Equal to autograd of :func:`expected_return` (tested).
+    """
+    adv = sol.advantage_table(mdp)  # [H, S, A]
+    d = torch.tensor(
+        [[float(sol.d[t][s]) for s in mdp.states] for t in range(mdp.horizon)], dtype=torch.float64
+    )
+    pi = pi.detach().to(torch.float64)
+    centred = adv - (pi * adv).sum(-1, keepdim=True)
+    g = d.unsqueeze(-1) * pi * centred
+    return g.sum(0) if shared else g
+
+
+@dataclass
+class EpisodeBatch:
+    """Sampled episodes in the token-estimator layout. Shapes: B episodes, T = horizon steps.
+
+    states, actions: [B, T] long (0 after the end); rewards: [B, T] float64; mask: [B, T] float64,
+    1 while the episode is running; success, truncated: [B] bool; length: [B] long.
+    """
+
+    states: Tensor
+    actions: Tensor
+    rewards: Tensor
+    mask: Tensor
+    success: Tensor
+    truncated: Tensor
+    length: Tensor
+
+
+def _categorical(p: Tensor, u: Tensor) -> Tensor:
+    """Inverse-CDF draw per row: p [N, K] rows summing to 1, u [N] uniform -> [N] long."""
+    cdf = p.cumsum(-1)
+    idx = (u.unsqueeze(-1) >= cdf).sum(-1)
+    # Rounding can leave cdf[-1] a hair under u; clamp onto the last outcome with mass.
+    return idx.clamp(max=p.shape[-1] - 1)
+
+
+def sample_episodes(dense: DenseMDP, pi: Tensor, n: int, seed: int = 0) -> EpisodeBatch:
+    """Sample ``n`` episodes at once (one Python loop over the <= H steps, none over episodes).
+
+    pi: [H, S, A] policy probabilities. Returns an :class:`EpisodeBatch` with T = H.
+    """
+    H = dense.horizon
+    g = torch.Generator().manual_seed(int(seed))
+    pi = pi.detach().to(torch.float64)
+    # Zero the mass a float softmax may leave on unavailable actions, so they are never drawn.
+    pi = pi * dense.avail
+    states = torch.zeros(n, H, dtype=torch.long)
+    actions = torch.zeros(n, H, dtype=torch.long)
+    rewards = torch.zeros(n, H, dtype=torch.float64)
+    mask = torch.zeros(n, H, dtype=torch.float64)
+    success = torch.zeros(n, dtype=torch.bool)
+    alive = torch.ones(n, dtype=torch.bool)
+    s = _categorical(dense.start.expand(n, -1), torch.rand(n, generator=g, dtype=torch.float64))
+    for t in range(H):
+        u_a = torch.rand(n, generator=g, dtype=torch.float64)
+        u_o = torch.rand(n, generator=g, dtype=torch.float64)
+        a = _categorical(pi[t, s], u_a)
+        k = _categorical(dense.prob[t, s, a], u_o)
+        r = dense.reward[t, s, a, k]
+        term = dense.terminal[t, s, a, k]
+        states[:, t] = torch.where(alive, s, 0)
+        actions[:, t] = torch.where(alive, a, 0)
+        rewards[:, t] = torch.where(alive, r, 0.0)
+        mask[:, t] = alive.to(torch.float64)
+        success |= alive & dense.success[t, s, a, k]
+        alive = alive & ~term
+        s = torch.where(alive, dense.next[t, s, a, k], 0)
+    length = mask.sum(-1).to(torch.long)
+    return EpisodeBatch(states, actions, rewards, mask, success, truncated=alive, length=length)
+
+
+def score_vectors(batch: EpisodeBatch, pi: Tensor) -> Tensor:
+    """grad log pi(a_t|s_t) for a softmax table shared across t: [B, T, S*A] (0 off-mask).
+
+    Row s_t of the score is e_{a_t} - pi_t(.|s_t); every other row is 0. Built by one-hot, no loops.
+    """
+    B, T = batch.states.shape
+    H, S, A = pi.shape
+    t_idx = torch.arange(T).expand(B, T)
+    pi_bt = pi.detach()[t_idx, batch.states]  # [B, T, A]
+    onehot_a = torch.nn.functional.one_hot(batch.actions, A).to(torch.float64)
+    onehot_s = torch.nn.functional.one_hot(batch.states, S).to(torch.float64)
+    row = (onehot_a - pi_bt) * batch.mask.unsqueeze(-1)
+    return (onehot_s.unsqueeze(-1) * row.unsqueeze(-2)).reshape(B, T, S * A)
+
+
+def episode_gradients(advantages: Tensor, scores: Tensor) -> Tensor:
+    """Per-episode policy-gradient estimates g_i = sum_t A_hat[i, t] * score[i, t]: [B, T] x [B, T, P] -> [B, P]."""
+    return torch.einsum("bt,btp->bp", advantages.to(torch.float64), scores)
