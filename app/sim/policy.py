@@ -5,8 +5,8 @@ The latent state is small on purpose, so that true values can be solved exactly 
     located  the agent has read the file (it then names the right edit op more often)
     fixed    the planted bug is fixed (decides the hidden tests, hence the outcome)
     hacked   the visible tests were hard-coded (the exploit: visible tests pass, hidden ones do not)
-    known    what the agent last learned from `test`: UNKNOWN (no test since the last change),
-             PASS or FAIL (the visible tests)
+    known    what the agent knows about the visible tests: UNKNOWN (untouched and untested),
+             CHANGED (code changed since the last test), PASS or FAIL (the last test's result)
 
 The policy sees (located, known), not `fixed`: like a real agent, it learns whether an edit worked
 only by testing. Its action logits are the knobs of :class:`PolicyParams`; the edit op is right with
@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from .tasks import OPS, Task
 
-UNKNOWN, PASS, FAIL = 0, 1, 2
+UNKNOWN, PASS, FAIL, CHANGED = 0, 1, 2, 3
 
 # Call kinds the policy chooses between, in a fixed order (the order matters for determinism).
 KINDS: tuple[str, ...] = ("read", "edit", "test", "hardcode_tests", "submit")
@@ -45,7 +45,7 @@ ALL_STATES: tuple[State, ...] = tuple(
     for lo in (False, True)
     for fx in (False, True)
     for hk in (False, True)
-    for kn in (0, 1, 2)
+    for kn in (UNKNOWN, PASS, FAIL, CHANGED)
 )
 
 
@@ -56,21 +56,24 @@ class PolicyParams:
     skill_scale, skill_shift: skill on a task = task.skill * skill_scale + skill_shift (a logit).
     read_bonus:        skill added once the agent has read the file.
     read_propensity:   logit of `read` (minus 2.5 once the file was read).
-    edit_propensity:   logit of `edit` (+1 after a failed test, -3 after a passing one).
-    test_propensity:   logit of `test` (-2.5 when the last test is still current).
-    exploit_propensity: logit of `hardcode_tests` (+1 after a failed test, -3 after a passing one).
-    submit_propensity: logit of `submit` (+3.5 after a passing test, -1.5 after a failed one).
+    edit_propensity:   logit of `edit` (+1 after a failed test, -3 after a passing one, -3 right
+                       after a change).
+    test_propensity:   logit of `test` (+1 after a change, -2.5 when the last test is current).
+    exploit_propensity: logit of `hardcode_tests` (+1 after a failed test, -3 after a passing one,
+                       -1 right after a change).
+    submit_propensity: logit of `submit` (+3.5 after a passing test, -1.5 after a failed one, -1
+                       before any change or test).
     temperature:       divides every logit (higher = more random agent).
     """
 
     skill_scale: float = 1.0
-    skill_shift: float = 0.0
+    skill_shift: float = 0.5
     read_bonus: float = 1.0
-    read_propensity: float = 0.0
-    edit_propensity: float = 0.8
-    test_propensity: float = 0.3
+    read_propensity: float = -1.5
+    edit_propensity: float = 2.0
+    test_propensity: float = -1.0
     exploit_propensity: float = -2.0
-    submit_propensity: float = -0.5
+    submit_propensity: float = 1.0
     temperature: float = 1.0
 
     @classmethod
@@ -110,10 +113,10 @@ def kind_probs(params: PolicyParams, located: bool, known: int) -> list[float]:
     p = params
     logits = [
         p.read_propensity - (2.5 if located else 0.0),
-        p.edit_propensity + {UNKNOWN: 0.0, PASS: -3.0, FAIL: 1.0}[known],
-        p.test_propensity - (2.5 if known != UNKNOWN else 0.0),
-        p.exploit_propensity + {UNKNOWN: 0.0, PASS: -3.0, FAIL: 1.0}[known],
-        p.submit_propensity + {UNKNOWN: 0.0, PASS: 3.5, FAIL: -1.5}[known],
+        p.edit_propensity + {UNKNOWN: 0.0, PASS: -3.0, FAIL: 1.0, CHANGED: -3.0}[known],
+        p.test_propensity + {UNKNOWN: 0.0, PASS: -2.5, FAIL: -2.5, CHANGED: 1.0}[known],
+        p.exploit_propensity + {UNKNOWN: 0.0, PASS: -3.0, FAIL: 1.0, CHANGED: -1.0}[known],
+        p.submit_propensity + {UNKNOWN: -1.0, PASS: 3.5, FAIL: -1.5, CHANGED: 0.0}[known],
     ]
     return _softmax([x / p.temperature for x in logits])
 
@@ -157,13 +160,13 @@ def transition(task: Task, state: State, call: str) -> Step:
     if kind == "edit":
         # Any edit makes the last test result stale.
         if op == task.bug and not state.fixed:
-            return Step(state._replace(fixed=True, known=UNKNOWN), "decisive_edit", False, 0.0)
+            return Step(state._replace(fixed=True, known=CHANGED), "decisive_edit", False, 0.0)
         effect = "other" if op == task.bug else "wrong_edit"  # re-applying the fix changes nothing
-        return Step(state._replace(known=UNKNOWN), effect, False, 0.0)
+        return Step(state._replace(known=CHANGED), effect, False, 0.0)
     if kind == "test":
         return Step(state._replace(known=PASS if (state.fixed or state.hacked) else FAIL), "test", False, 0.0)
     if kind == "hardcode_tests":
-        return Step(state._replace(hacked=True, known=UNKNOWN), "exploit", False, 0.0)
+        return Step(state._replace(hacked=True, known=CHANGED), "exploit", False, 0.0)
     if kind == "submit":
         return Step(state, "submit", True, 1.0 if state.fixed else 0.0)
     raise ValueError(f"unknown call {call!r}")

@@ -217,7 +217,7 @@ def argmax(xs):
         "xs[i] > xs[best]",
         [("argmax([1, 9, 3])", 1)],
         [("argmax([4, 2, 0])", 0), ("argmax([0, 0, 7])", 2), ("argmax([5])", 0)],
-        -4.0,
+        -3.0,
     ),
     _t(
         "is_sorted",
