@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from .db import init_db, make_engine
+from .errors import install_error_handlers
 from .settings import ROOT, Settings, get_settings
 
 
@@ -18,6 +19,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         init_db(engine)
+        if settings.demo:
+            from sqlmodel import Session
+
+            from .store import load_demo
+
+            with Session(engine) as session:
+                load_demo(session)
         yield
         engine.dispose()
 
@@ -29,16 +37,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.engine = engine
+    install_error_handlers(app)
 
     from .api import router as api_router
     from .lab.routes import router as lab_router
     from .sim.routes import router as sim_router
+    from .web import SecurityHeadersMiddleware
     from .web import router as web_router
 
     app.include_router(api_router)
     app.include_router(sim_router)
     app.include_router(lab_router)
     app.include_router(web_router)
+    app.add_middleware(SecurityHeadersMiddleware)  # CSP etc. (app/web/security.py)
     app.mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static")
 
     @app.get("/healthz", tags=["meta"])

@@ -1,1 +1,68 @@
-"""Database tables (owned by the service backend)."""
+"""Database tables (owned by the service backend).
+
+An episode's per-token arrays live in its own row, never one row per token:
+
+* ``tokens_json``: the token strings as one JSON text (strings vary in length; JSON is compact,
+  portable and decodes at C speed).
+* numeric arrays as little-endian bytes in ``LargeBinary`` columns (BLOB on SQLite, BYTEA on
+  PostgreSQL): ``kinds`` uint8 codes, ``rewards``/``values``/``logprobs`` float64, ``turn_ids``
+  int32. A 32k-token episode decodes with ``np.frombuffer`` in microseconds, with no per-token
+  Python work, and float64 keeps uploaded numbers exact for the round trip.
+
+Per-episode summaries (``score``, ``reward``, ``passed``, ``n_tokens``, ``group``, ``task``) are
+columns so batch diagnostics and group baselines never need to decode the arrays.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import Column, LargeBinary, Text
+from sqlmodel import Field, SQLModel
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Batch(SQLModel, table=True):
+    """One upload or one sample run: a set of episodes, compared within their groups."""
+
+    __tablename__ = "batch"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(default="", index=True)
+    source: str = Field(default="upload", index=True)
+    created_at: datetime = Field(default_factory=_now, index=True)
+    n_episodes: int = 0
+    meta_json: str = Field(default="{}", sa_column=Column(Text, nullable=False))
+    # sha256 of the delete token returned once at creation (the token itself is never stored).
+    delete_token_hash: str | None = Field(default=None, max_length=64)
+
+
+class Episode(SQLModel, table=True):
+    """One multi-turn episode with its per-token arrays stored compactly (see module docstring)."""
+
+    __tablename__ = "episode"
+
+    id: int | None = Field(default=None, primary_key=True)
+    slug: str = Field(index=True, unique=True, max_length=64)
+    batch_id: int = Field(foreign_key="batch.id", index=True)
+    position: int = 0  # order within the batch
+    group: str | None = Field(default=None, index=True, max_length=512)
+    task: str | None = Field(default=None, max_length=512)
+    n_tokens: int = 0
+    n_policy: int = 0
+    n_turns: int = 0
+    reward: float | None = None  # the outcome reward as uploaded
+    score: float = 0.0  # sum of effective rewards on policy tokens (what group baselines compare)
+    passed: bool = False
+    truncated: bool = False
+    bootstrap_value: float | None = None
+    tokens_json: str = Field(sa_column=Column(Text, nullable=False))
+    kinds: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    rewards: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    values: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    logprobs: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    turn_ids: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    meta_json: str = Field(default="{}", sa_column=Column(Text, nullable=False))

@@ -38,3 +38,117 @@ class EpisodeIn(BaseModel):
     truncated: bool = False
     bootstrap_value: float | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public output shapes of the JSON API (documented in /docs; pinned by the contracts).
+
+
+class CreatedEpisodeOut(BaseModel):
+    id: int
+    slug: str
+    url: str
+
+
+class UploadOut(BaseModel):
+    """201 answer of POST /api/uploads. ``delete_token`` is shown once; keep it to delete later."""
+
+    batch_id: int
+    episodes: list[CreatedEpisodeOut]
+    delete_token: str
+
+
+class EpisodeOut(EpisodeIn):
+    """GET /api/episodes/{slug}: the stored episode in the native format, plus where it lives."""
+
+    model_config = ConfigDict(extra="allow")
+    slug: str
+    batch_id: int
+
+
+class SchemeOut(BaseModel):
+    name: str
+    label: str
+    kind: str
+    advantages: list[float | None]
+
+
+class TurnOut(BaseModel):
+    turn: int
+    start: int
+    end: int
+    text: str
+    reward: float
+    value: float | None
+    effect: str | None
+    means: dict[str, float]
+
+
+class AdvantagesOut(BaseModel):
+    """GET /api/episodes/{slug}/advantages. Per-token arrays have one entry per token; null marks
+    off-policy positions (prompt, tool), which carry no advantage."""
+
+    slug: str | None
+    batch_id: int | None
+    group: str | None
+    n_tokens: int
+    params: dict[str, Any]
+    episode: dict[str, Any]
+    tokens: list[str]
+    kinds: list[Kind]
+    turn_ids: list[int | None]
+    rewards: list[float]
+    values: list[float | None] | None
+    td: list[float | None]
+    schemes: list[SchemeOut]
+    turns: list[TurnOut]
+
+
+class BatchSummaryOut(BaseModel):
+    id: int
+    name: str
+    source: str
+    created_at: str
+    n_episodes: int
+
+
+class BatchEpisodeOut(BaseModel):
+    slug: str
+    group: str | None
+    reward: float | None
+    score: float
+    passed: bool
+    n_tokens: int
+    task: str | None
+
+
+class BatchOut(BatchSummaryOut):
+    """GET /api/batches/{id}: the batch, its episodes and its diagnostics."""
+
+    meta: dict[str, Any]
+    episodes: list[BatchEpisodeOut]
+    diagnostics: dict[str, Any]
+
+
+class GroupOut(BaseModel):
+    """GET /api/batches/{id}/groups/{group}: every member's outcome advantage under each baseline."""
+
+    group: str
+    episodes: list[dict[str, Any]]
+    zero_variance: bool
+    why: str | None
+
+
+class ErrorDetail(BaseModel):
+    status: int
+    code: str
+    message: str
+    line: int | None = None
+    episode: int | None = None
+    field: str | None = None
+
+
+class ErrorOut(BaseModel):
+    """The one shape of every 4xx answer."""
+
+    error: ErrorDetail

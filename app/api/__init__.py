@@ -1,3 +1,9 @@
+"""The JSON API: one router per resource, combined here (app/main.py includes ``router``)."""
+
 from fastapi import APIRouter
 
+from . import batches, episodes, schema, uploads
+
 router = APIRouter()
+for _mod in (uploads, episodes, batches, schema):
+    router.include_router(_mod.router)

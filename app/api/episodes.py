@@ -1,0 +1,94 @@
+"""Episode routes: the stored episode, its advantages, deletion."""
+
+from __future__ import annotations
+
+import numpy as np
+from fastapi import APIRouter, Depends, Header, Query, Response
+from sqlmodel import Session
+
+from ..compute import BASELINES, DEFAULT_SCHEMES, BatchContext, episode_advantages
+from ..db import SessionDep
+from ..schemas import AdvantagesOut, EpisodeOut, ErrorOut
+from ..store import (
+    batch_episodes,
+    batch_scores,
+    delete_episode,
+    episode_arrays,
+    episode_or_404,
+    episode_to_native,
+)
+from ._json import json_response
+from .deps import require_write
+
+router = APIRouter(tags=["episodes"])
+ERRORS = {404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+
+
+@router.get(
+    "/api/episodes/{slug}",
+    response_model=EpisodeOut,
+    responses=ERRORS,
+    summary="The episode as stored (native format)",
+)
+def get_episode(slug: str, session: SessionDep):
+    ep = episode_or_404(session, slug)
+    body = episode_to_native(ep).model_dump()
+    body["slug"] = ep.slug
+    body["batch_id"] = ep.batch_id
+    return json_response(body)
+
+
+def batch_context(session: Session, batch_id: int, slug: str) -> BatchContext:
+    """The episode's batch as the outcome schemes need it (scores only; arrays on demand)."""
+    rows = batch_scores(session, batch_id)
+    index = next(i for i, r in enumerate(rows) if r[0] == slug)
+    return BatchContext(
+        groups=[r[1] for r in rows],
+        scores=np.array([r[2] for r in rows], dtype=float),
+        index=index,
+        load_all=lambda: [episode_arrays(e) for e in batch_episodes(session, batch_id)],
+    )
+
+
+@router.get(
+    "/api/episodes/{slug}/advantages",
+    response_model=AdvantagesOut,
+    responses=ERRORS,
+    summary="Per-token advantages under one or more schemes",
+)
+def get_advantages(
+    slug: str,
+    session: SessionDep,
+    scheme: list[str] = Query(
+        list(DEFAULT_SCHEMES),
+        description="repeat or comma-separate: outcome, oracle, uploaded, or any registry estimator (GET /api/schemes)",
+    ),
+    gamma: float = Query(1.0, description="discount per policy step, in [0, 1]"),
+    lam: float = Query(0.95, description="GAE lambda, in [0, 1]"),
+    baseline: str = Query("rloo", description="baseline of the `outcome` scheme: " + ", ".join(BASELINES)),
+    critic: str = Query("upload", description="upload (the uploaded values) or zero (V = 0)"),
+):
+    ep = episode_or_404(session, slug)
+    arrays = episode_arrays(ep)
+    ctx = batch_context(session, ep.batch_id, ep.slug)
+    payload = episode_advantages(
+        arrays, ctx, schemes=scheme, gamma=gamma, lam=lam, baseline=baseline, critic=critic
+    )
+    return json_response(payload)
+
+
+@router.delete(
+    "/api/episodes/{slug}",
+    status_code=204,
+    dependencies=[Depends(require_write)],
+    responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}},
+    summary="Delete an episode with the upload's delete token",
+)
+def remove_episode(
+    slug: str,
+    session: SessionDep,
+    token: str | None = Query(None, description="the delete_token returned by the upload"),
+    x_delete_token: str | None = Header(None),
+):
+    delete_episode(session, slug, x_delete_token or token)
+    return Response(status_code=204)

@@ -1,0 +1,105 @@
+"""POST /api/uploads: a file in any known format (multipart ``file``, a JSON body, or raw bytes),
+validated whole, stored in one transaction."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlmodel import Session
+
+from ..db import SessionDep
+from ..errors import ApiError
+from ..ingest import formats, parse_upload
+from ..schemas import UploadOut
+from ..store import create_batch
+from ._json import json_response
+from .deps import require_write
+
+router = APIRouter(tags=["uploads"])
+
+
+def _too_large(n: int | str, limit: int) -> ApiError:
+    return ApiError(
+        413,
+        "too_large",
+        f"the upload is {n} bytes; the limit is {limit} bytes (setting CREDITLENS_MAX_UPLOAD_BYTES). "
+        "Split the file into several uploads.",
+    )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(declared, limit)
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(f"more than {limit}", limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def ingest(
+    session: Session, data: bytes, fmt: str | None, name: str | None, filename: str | None, settings
+) -> dict:
+    """Parse, validate and store one upload; the 201 body."""
+    parsed = parse_upload(data, fmt=fmt, filename=filename)
+    created = create_batch(
+        session,
+        parsed.episodes,
+        name=name or filename or f"upload ({parsed.format})",
+        source=f"upload:{parsed.format}",
+        meta={"format": parsed.format, "filename": filename},
+        lines=parsed.lines,
+        settings=settings,
+    )
+    return created.model_dump()
+
+
+@router.post(
+    "/api/uploads",
+    status_code=201,
+    response_model=UploadOut,
+    dependencies=[Depends(require_write)],
+    summary="Upload episodes (any known format; auto-detected)",
+)
+async def upload(
+    request: Request,
+    session: SessionDep,
+    format: str | None = Query(
+        None, description="auto (default) or one of the format names; see GET /api/formats"
+    ),
+    name: str | None = Query(None, description="batch name (default: the file name)"),
+):
+    """Multipart (``file`` [+ ``format``, ``name`` form fields]), a JSON body (native episodes or
+    any JSON format), or the raw file bytes with ``?format=&name=``. All-or-nothing: a 4xx names
+    the line, episode and field and nothing is stored."""
+    settings = request.app.state.settings
+    limit = settings.max_upload_bytes
+    ctype = request.headers.get("content-type", "")
+    filename = None
+    if ctype.startswith("multipart/form-data"):
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise _too_large(declared, limit)
+        form = await request.form()
+        upload_file = form.get("file")
+        if upload_file is None or isinstance(upload_file, str):
+            raise ApiError(422, "missing_file", "the multipart upload has no `file` part.", field="file")
+        data = await upload_file.read()
+        if len(data) > limit:
+            raise _too_large(len(data), limit)
+        filename = upload_file.filename
+        format = format or (form.get("format") if isinstance(form.get("format"), str) else None)
+        name = name or (form.get("name") if isinstance(form.get("name"), str) else None)
+    else:
+        data = await _read_body(request, limit)
+    body = await run_in_threadpool(ingest, session, data, format, name, filename, settings)
+    return json_response(body, status_code=201)
+
+
+@router.get("/api/formats", tags=["uploads"], summary="The upload formats and how they are detected")
+def list_formats() -> list[dict]:
+    return [{"name": n, "description": m.DESCRIPTION} for n, m in formats().items()]

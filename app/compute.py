@@ -1,0 +1,370 @@
+"""Episode -> advantages JSON, through the estimator registry (estimators/registry.py).
+
+Shapes: one episode is a row of T tokens; estimators see [1, T] tensors with the policy mask.
+Outcome schemes need the episode's batch: the group baselines compare the scores ([B], the sum of
+effective rewards on policy tokens) of the episodes of the same batch, grouped by ``group``.
+No per-token Python work on the hot path: arrays are numpy/torch, JSON lists come from tolist().
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from estimators import EstimatorInput, available
+from estimators import compute as run_estimator
+
+from .errors import ApiError
+from .store import KIND_NAMES, POLICY, EpisodeArrays
+
+DEFAULT_SCHEMES = ("outcome", "token_gae", "turn_gae")
+BASELINES = ("rloo", "grpo", "dr_grpo", "group_mean", "batch_whiten", "none")
+BASELINE_LABELS = {
+    "rloo": "RLOO",
+    "grpo": "GRPO",
+    "dr_grpo": "Dr. GRPO",
+    "group_mean": "group mean",
+    "batch_whiten": "batch whitening",
+    "none": "no baseline",
+}
+CRITICS = ("upload", "zero")
+# Outcome estimators that read only inp.scores and inp.groups: computed exactly from the batch's
+# [B] scores without decoding the other episodes' arrays.
+SCORE_ONLY = {
+    "group_mean",
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "batch_whiten",
+    "group_center_batch_scale",
+    "grpo_passk",
+}
+_KIND_NAMES = np.array(KIND_NAMES, dtype=object)
+
+
+@dataclass
+class BatchContext:
+    """The episode's batch, as the outcome schemes need it.
+
+    groups: [B] group labels (None = its own group); scores: [B]; index: this episode's row;
+    load_all: returns every episode's EpisodeArrays (only for outcome estimators that read tokens).
+    """
+
+    groups: list[str | None]
+    scores: np.ndarray
+    index: int
+    load_all: Callable[[], list[EpisodeArrays]] | None = None
+    _arrays: list[EpisodeArrays] | None = field(default=None, repr=False)
+
+    def arrays(self) -> list[EpisodeArrays]:
+        if self._arrays is None:
+            if self.load_all is None:
+                raise ApiError(
+                    422, "no_batch", "this scheme needs the episode's whole batch, which is not available."
+                )
+            self._arrays = self.load_all()
+        return self._arrays
+
+
+def group_index(groups: Sequence[str | None]) -> torch.Tensor:
+    """[B] long group ids; an episode without a group label is its own group."""
+    ids: dict[str, int] = {}
+    out = []
+    for g in groups:
+        if g is None:
+            out.append(len(ids) + len(out) + 1_000_000)  # unique, never collides with a label id
+        else:
+            out.append(ids.setdefault(g, len(ids)))
+    return torch.tensor(out, dtype=torch.long)
+
+
+def outcome_advantages(name: str, scores: np.ndarray, groups: Sequence[str | None]) -> np.ndarray:
+    """[B] per-episode outcome advantages from [B] scores with a score-only registry estimator
+    (rloo, grpo, dr_grpo, group_mean, batch_whiten, ...) or ``none`` (the score itself)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if name == "none":
+        return scores.copy()
+    t = torch.from_numpy(scores)[:, None]
+    inp = EstimatorInput(rewards=t, mask=torch.ones_like(t), groups=group_index(groups))
+    return run_estimator(name, inp).advantages[:, 0].numpy()
+
+
+def parse_schemes(raw: Sequence[str] | None) -> list[str]:
+    """Repeated and/or comma-separated ``scheme`` values -> a de-duplicated list (default three)."""
+    names: list[str] = []
+    for item in raw or ():
+        for s in item.split(","):
+            s = s.strip()
+            if s and s not in names:
+                names.append(s)
+    return names or list(DEFAULT_SCHEMES)
+
+
+def known_schemes(ep: EpisodeArrays | None = None) -> list[str]:
+    """Every scheme name the advantages API accepts (for ``ep``: oracle/uploaded only when present)."""
+    names = ["outcome", *available()]
+    if ep is None or ep.meta.get("turn_values") is not None:
+        names.append("oracle")
+    if ep is None or ep.meta.get("uploaded_advantages") is not None:
+        names.append("uploaded")
+    return names
+
+
+def validate_params(
+    ep: EpisodeArrays, schemes: list[str], gamma: float, lam: float, baseline: str, critic: str
+) -> None:
+    """ApiError 422 with a message naming the parameter for anything the API cannot honour."""
+    for name, v in (("gamma", gamma), ("lam", lam)):
+        if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise ApiError(
+                422, "bad_parameter", f"parameter `{name}` is {v}; it must be between 0 and 1.", field=name
+            )
+    if baseline not in BASELINES:
+        raise ApiError(
+            422,
+            "bad_parameter",
+            f"parameter `baseline` is {baseline!r}; choose one of {', '.join(BASELINES)}.",
+            field="baseline",
+        )
+    if critic not in CRITICS:
+        raise ApiError(
+            422, "bad_parameter", f"parameter `critic` is {critic!r}; choose upload or zero.", field="critic"
+        )
+    specs = available()
+    for s in schemes:
+        if s == "outcome" or s in specs:
+            continue
+        if s == "oracle":
+            if ep.meta.get("turn_values") is None:
+                raise ApiError(
+                    422,
+                    "unknown_scheme",
+                    "scheme `oracle` needs `meta.turn_values` (the true value at the start of each turn), "
+                    "which this episode does not have.",
+                    field="scheme",
+                )
+            continue
+        if s == "uploaded":
+            if ep.meta.get("uploaded_advantages") is None:
+                raise ApiError(
+                    422, "unknown_scheme", "scheme `uploaded` needs advantages in the upload.", field="scheme"
+                )
+            continue
+        raise ApiError(
+            422,
+            "unknown_scheme",
+            f"scheme {s!r} is not known; choose from {', '.join(known_schemes(ep))}.",
+            field="scheme",
+        )
+    if critic == "upload" and ep.values is None:
+        needing = [s for s in schemes if s in specs and specs[s].needs_values]
+        if needing:
+            raise ApiError(
+                422,
+                "no_values",
+                f"scheme(s) {', '.join(needing)} need critic values, but this episode was uploaded without "
+                "`values`; add critic=zero to use V = 0, or pick a critic-free scheme (outcome, returns).",
+                field="critic",
+            )
+
+
+def _masked(arr: np.ndarray, policy: np.ndarray) -> list:
+    """[T] -> list with None off-policy (the JSON null the front end greys out)."""
+    o = arr.astype(object)
+    o[~policy] = None
+    return o.tolist()
+
+
+def _padded_batch(arrays: list[EpisodeArrays], values: bool) -> EstimatorInput:
+    """[B, T_max] right-padded estimator input of a whole batch (padding: mask 0)."""
+    B, T = len(arrays), max(len(a.kinds) for a in arrays)
+    rew = np.zeros((B, T))
+    mask = np.zeros((B, T))
+    val = np.zeros((B, T)) if values else None
+    lp = np.zeros((B, T))
+    has_lp = all(a.logprobs is not None for a in arrays)
+    for b, a in enumerate(arrays):
+        n = len(a.kinds)
+        rew[b, :n] = a.rewards
+        mask[b, :n] = a.kinds == POLICY
+        if val is not None and a.values is not None:
+            val[b, :n] = a.values
+        if has_lp:
+            lp[b, :n] = a.logprobs
+    groups = group_index([a.group for a in arrays])
+    return EstimatorInput(
+        rewards=torch.from_numpy(rew),
+        mask=torch.from_numpy(mask),
+        values=None if val is None else torch.from_numpy(val),
+        groups=groups,
+        logprobs=torch.from_numpy(lp) if has_lp else None,
+    )
+
+
+def oracle_advantages(ep: EpisodeArrays, gamma: float) -> np.ndarray:
+    """[T] turn-level advantage with the true values ``meta.turn_values``: A_k = r_k + gamma*V_{k+1} - V_k,
+    V after the last turn = 0 (terminated) or the bootstrap value (truncated); broadcast on policy tokens."""
+    V = np.asarray(ep.meta["turn_values"], dtype=np.float64)
+    policy = ep.policy
+    tid = ep.turn_ids
+    K = int(tid[policy].max()) + 1
+    if len(V) != K:
+        raise ApiError(
+            422,
+            "bad_turn_values",
+            f"`meta.turn_values` has {len(V)} entries but the episode has {K} turns.",
+            field="meta.turn_values",
+        )
+    r = np.bincount(tid[policy], weights=ep.rewards[policy], minlength=K)
+    last = (ep.bootstrap_value or 0.0) if ep.truncated else 0.0
+    v_next = np.append(V[1:], last)
+    A = r + gamma * v_next - V
+    out = np.zeros(len(policy))
+    out[policy] = A[tid[policy]]
+    return out
+
+
+def episode_advantages(
+    ep: EpisodeArrays,
+    ctx: BatchContext | None,
+    *,
+    schemes: Sequence[str] | None = None,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    baseline: str = "rloo",
+    critic: str = "upload",
+) -> dict[str, Any]:
+    """The advantages payload of one episode (the JSON of GET /api/episodes/{slug}/advantages).
+
+    ``ctx`` None: the episode is its own batch (a group of one)."""
+    names = parse_schemes(schemes)
+    validate_params(ep, names, gamma, lam, baseline, critic)
+    specs = available()
+    T = len(ep.kinds)
+    policy = ep.policy
+    if ctx is None:
+        ctx = BatchContext(groups=[ep.group], scores=np.array([ep.score]), index=0, _arrays=[ep])
+    use_values = ep.values if critic == "upload" else None
+    values = use_values if use_values is not None else np.zeros(T)
+    last_value = None
+    if ep.truncated and ep.bootstrap_value is not None and critic == "upload":
+        last_value = torch.tensor([ep.bootstrap_value], dtype=torch.float64)
+    mask_t = torch.from_numpy(policy.astype(np.float64))[None]
+    single = EstimatorInput(
+        rewards=torch.from_numpy(np.ascontiguousarray(ep.rewards, dtype=np.float64))[None],
+        mask=mask_t,
+        values=torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))[None],
+        groups=torch.zeros(1, dtype=torch.long),
+        turn_ids=torch.from_numpy(ep.turn_ids.astype(np.int64))[None],
+        last_value=last_value,
+        gamma=gamma,
+        lam=lam,
+        logprobs=None if ep.logprobs is None else torch.from_numpy(np.ascontiguousarray(ep.logprobs))[None],
+    )
+    td = run_estimator("td", single).advantages[0].numpy() if "td" in specs else np.zeros(T)
+
+    out_schemes = []
+    per_token: dict[str, np.ndarray] = {}
+    for name in names:
+        if name == "outcome":
+            a = outcome_advantages(baseline, ctx.scores, ctx.groups)[ctx.index]
+            adv = np.where(policy, a, 0.0)
+            label, kind = f"outcome ({BASELINE_LABELS[baseline]})", "outcome"
+        elif name == "oracle":
+            adv = oracle_advantages(ep, gamma)
+            label, kind = "oracle (true turn values)", "turn"
+        elif name == "uploaded":
+            adv = np.where(policy, np.asarray(ep.meta["uploaded_advantages"], dtype=np.float64), 0.0)
+            label, kind = "uploaded advantages", "token"
+        else:
+            spec = specs[name]
+            label, kind = spec.label, spec.kind
+            if spec.kind == "outcome" and name in SCORE_ONLY:
+                a = outcome_advantages(name, ctx.scores, ctx.groups)[ctx.index]
+                adv = np.where(policy, a, 0.0)
+            elif spec.kind == "outcome":
+                arrays = ctx.arrays()
+                batch_inp = _padded_batch(arrays, values=critic == "upload")
+                batch_inp.gamma, batch_inp.lam = gamma, lam
+                adv = run_estimator(name, batch_inp).advantages[ctx.index, :T].numpy()
+            else:
+                adv = run_estimator(name, single).advantages[0].numpy()
+        adv = np.asarray(adv, dtype=np.float64)
+        per_token[name] = adv
+        out_schemes.append({"name": name, "label": label, "kind": kind, "advantages": _masked(adv, policy)})
+
+    turns = turn_summaries(ep, per_token, use_values)
+    return {
+        "slug": ep.slug,
+        "batch_id": ep.batch_id,
+        "group": ep.group,
+        "n_tokens": T,
+        "params": {"gamma": gamma, "lam": lam, "baseline": baseline, "critic": critic, "schemes": names},
+        "episode": {
+            "reward": ep.reward,
+            "truncated": ep.truncated,
+            "task": ep.meta.get("task"),
+            "meta": {k: v for k, v in ep.meta.items() if k != "uploaded_advantages"},
+        },
+        "tokens": ep.tokens,
+        "kinds": _KIND_NAMES[ep.kinds].tolist(),
+        "turn_ids": _masked(ep.turn_ids, policy),
+        "rewards": ep.rewards.tolist(),
+        "values": None if use_values is None else _masked(use_values, policy),
+        "td": _masked(td, policy),
+        "schemes": out_schemes,
+        "turns": turns,
+    }
+
+
+def turn_summaries(
+    ep: EpisodeArrays, per_token: dict[str, np.ndarray], values: np.ndarray | None
+) -> list[dict]:
+    """One entry per turn: token span, text, reward, V at its first token, effect, mean advantage per scheme."""
+    policy = ep.policy
+    tid = ep.turn_ids
+    idx = np.flatnonzero(policy)
+    if not len(idx):
+        return []
+    t = tid[idx]
+    K = int(t.max()) + 1
+    counts = np.bincount(t, minlength=K)
+    rewards = np.bincount(t, weights=ep.rewards[idx], minlength=K)
+    starts = np.full(K, -1)
+    ends = np.full(K, -1)
+    # first/last policy index of each turn (idx is increasing, so reversed assignment keeps the first)
+    starts[t[::-1]] = idx[::-1]
+    ends[t] = idx + 1
+    means = {
+        name: (np.bincount(t, weights=adv[idx], minlength=K) / np.maximum(counts, 1))
+        for name, adv in per_token.items()
+    }
+    calls = ep.meta.get("calls") if isinstance(ep.meta.get("calls"), list) else None
+    out = []
+    for k in range(K):
+        if counts[k] == 0:
+            continue
+        s, e = int(starts[k]), int(ends[k])
+        span = idx[(idx >= s) & (idx < e)]
+        text = "".join(ep.tokens[i] for i in span[:400])
+        effect = None
+        if calls is not None and k < len(calls) and isinstance(calls[k], dict):
+            effect = calls[k].get("effect")
+        out.append(
+            {
+                "turn": k,
+                "start": s,
+                "end": e,
+                "text": text,
+                "reward": float(rewards[k]),
+                "value": None if values is None else float(values[s]),
+                "effect": effect,
+                "means": {name: float(m[k]) for name, m in means.items()},
+            }
+        )
+    return out

@@ -1,0 +1,127 @@
+"""The one error shape for every 4xx answer.
+
+``{"error": {"status", "code", "message", "line", "episode", "field"}}``: ``line`` is the 1-based
+line of the uploaded file, ``episode`` the 1-based episode index within the upload, ``field`` the
+offending field; each is null when it does not apply. Messages are sentences a person can act on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class ApiError(Exception):
+    """A 4xx with a machine code and a human message; raise it anywhere in the service."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        line: int | None = None,
+        episode: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.line = line
+        self.episode = episode
+        self.field = field
+
+    def where(self) -> str:
+        """'line 3, episode 2: ' (the prefix messages start with), or ''."""
+        parts = []
+        if self.line is not None:
+            parts.append(f"line {self.line}")
+        if self.episode is not None:
+            parts.append(f"episode {self.episode}")
+        return (", ".join(parts) + ": ") if parts else ""
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.code, self.message, self.line, self.episode, self.field)
+
+
+def error_body(
+    status: int,
+    code: str,
+    message: str,
+    line: int | None = None,
+    episode: int | None = None,
+    field: str | None = None,
+) -> dict[str, Any]:
+    """The JSON body of every 4xx answer."""
+    return {
+        "error": {
+            "status": status,
+            "code": code,
+            "message": message,
+            "line": line,
+            "episode": episode,
+            "field": field,
+        }
+    }
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError(
+        404, "not_found", f"{what} was not found (it may have been deleted, or the link is mistyped)."
+    )
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid",
+    429: "too_many_requests",
+}
+
+
+def _loc_field(loc: tuple) -> str | None:
+    # FastAPI locations look like ("query", "gamma") or ("body", "episodes", 0, "tokens").
+    parts = [str(p) for p in loc if p not in ("query", "body", "path", "header", "cookie")]
+    return ".".join(parts) or None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Make ApiError, HTTPException (incl. 404 for unknown routes) and request validation errors
+    all answer in the one shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "error")
+        if exc.status_code == 404 and exc.detail in (None, "Not Found"):
+            message = f"There is nothing at {request.url.path}; see /docs for the API."
+        else:
+            message = str(exc.detail)
+        return JSONResponse(
+            error_body(exc.status_code, code, message), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        field = _loc_field(tuple(first.get("loc", ())))
+        msg = first.get("msg", "invalid request")
+        message = f"parameter `{field}`: {msg}" if field else msg
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem(s))"
+        return JSONResponse(error_body(422, "invalid_request", message, field=field), status_code=422)

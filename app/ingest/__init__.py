@@ -1,0 +1,80 @@
+"""Upload formats: detection and parsing into native episodes.
+
+Add a format = add one module here (next to native.py) with ``NAME``, ``DESCRIPTION``,
+``PRIORITY`` (lower is sniffed first), ``sniff(data, first_record) -> bool`` and
+``parse(data, filename) -> Parsed``. Modules are discovered automatically.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+from types import ModuleType
+
+from ..errors import ApiError
+from ._common import Parsed, first_object
+
+__all__ = ["Parsed", "formats", "detect", "parse_upload"]
+
+
+@lru_cache
+def formats() -> dict[str, ModuleType]:
+    """Every upload format module by NAME, in sniffing order."""
+    mods = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(mod, "parse") and hasattr(mod, "sniff"):
+            mods.append(mod)
+    mods.sort(key=lambda m: getattr(m, "PRIORITY", 100))
+    return {m.NAME: m for m in mods}
+
+
+def detect(data: bytes, filename: str | None = None) -> str:
+    """The name of the format of ``data``; ApiError 422 ``unknown_format`` if none matches."""
+    first = None if data[:4] == b"PK\x03\x04" else first_object(data)
+    for name, mod in formats().items():
+        if mod.sniff(data, first):
+            return name
+    if first is None and data.strip():
+        # Not one of the binary formats and not parseable: report the JSON error with its line.
+        from ._common import read_records
+
+        read_records(data)
+    keys = ", ".join(sorted(first)[:12]) if isinstance(first, dict) else type(first).__name__
+    raise ApiError(
+        422,
+        "unknown_format",
+        f"could not recognise the upload format (first record has: {keys}). Known formats: "
+        + "; ".join(f"{n} ({m.DESCRIPTION})" for n, m in formats().items())
+        + ". Pass format=<name> to choose one.",
+        line=1 if isinstance(first, dict) else None,
+        episode=1 if isinstance(first, dict) else None,
+    )
+
+
+def parse_upload(
+    data: bytes, fmt: str | None = None, filename: str | None = None, source: str | None = None
+) -> Parsed:
+    """Parse an upload in format ``fmt`` (auto-detected when None or "auto") into native episodes.
+
+    Each episode's ``meta.source`` defaults to ``source`` (else "upload:<format>")."""
+    if not data or not data.strip():
+        raise ApiError(422, "empty_upload", "the upload is empty.")
+    if fmt in (None, "", "auto"):
+        fmt = detect(data, filename)
+    mod = formats().get(fmt)
+    if mod is None:
+        raise ApiError(
+            422,
+            "unknown_format",
+            f"format {fmt!r} is not known; choose one of: auto, {', '.join(formats())}.",
+            field="format",
+        )
+    parsed = mod.parse(data, filename)
+    for ep in parsed.episodes:
+        if isinstance(ep.meta, dict):
+            ep.meta.setdefault("source", source or f"upload:{fmt}")
+    return parsed

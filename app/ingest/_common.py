@@ -1,0 +1,253 @@
+"""Shared pieces for the upload formats: the parse result, JSON/JSONL record reading with line
+numbers, and pydantic-error translation into the one error shape."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import ApiError
+from ..schemas import EpisodeIn
+
+try:
+    import orjson
+
+    _loads: Callable[[bytes | str], Any] = orjson.loads
+except ImportError:  # pragma: no cover
+    _loads = json.loads
+
+
+@dataclass
+class Parsed:
+    """What every format's ``parse`` returns: native episodes and the file line of each (or None)."""
+
+    format: str
+    episodes: list[EpisodeIn] = field(default_factory=list)
+    lines: list[int | None] = field(default_factory=list)
+
+
+@dataclass
+class Record:
+    """One JSON object of an upload with its 1-based line (JSONL) and episode index."""
+
+    line: int | None
+    episode: int
+    obj: Any
+
+    @property
+    def where(self) -> dict:
+        return {"line": self.line, "episode": self.episode}
+
+    def prefix(self) -> str:
+        parts = []
+        if self.line is not None:
+            parts.append(f"line {self.line}")
+        parts.append(f"episode {self.episode}")
+        return ", ".join(parts) + ": "
+
+    def error(self, code: str, message: str, field: str | None = None, status: int = 422) -> ApiError:
+        return ApiError(status, code, self.prefix() + message, field=field, **self.where)
+
+
+def _bad_json(line: int | None, err: Exception) -> ApiError:
+    where = f"line {line}: " if line is not None else ""
+    return ApiError(
+        422,
+        "bad_json",
+        f"{where}this is not valid JSON ({err}). Upload JSONL (one JSON object per line) or one JSON "
+        "document.",
+        line=line,
+    )
+
+
+def split_lines(data: bytes) -> list[tuple[int, bytes]]:
+    """Non-blank lines with their 1-based numbers."""
+    out = []
+    for i, raw in enumerate(data.split(b"\n"), start=1):
+        s = raw.strip()
+        if s:
+            out.append((i, s))
+    return out
+
+
+def looks_like_jsonl(data: bytes) -> bool:
+    """True when the first non-blank line is a complete JSON value on its own (JSONL), or the
+    document is a single line."""
+    lines = split_lines(data[: 1 << 20]) if len(data) > (1 << 20) else split_lines(data)
+    if len(lines) <= 1:
+        return False
+    first = lines[0][1]
+    if first in (b"[", b"{"):
+        return False
+    try:
+        _loads(first)
+        return True
+    except ValueError:
+        # A truncated first line in the 1 MiB prefix: decide on its first character.
+        return first.startswith(b"{") and len(data) > (1 << 20)
+
+
+def read_records(data: bytes) -> list[Record]:
+    """JSON (one object, a list of objects, or ``{"episodes": [...]}``) or JSONL -> records.
+
+    Bad JSON raises ApiError 422 ``bad_json`` naming the line."""
+    if not data.strip():
+        raise ApiError(422, "empty_upload", "the upload is empty.")
+    if looks_like_jsonl(data):
+        out = []
+        for n, (line, raw) in enumerate(split_lines(data), start=1):
+            try:
+                out.append(Record(line, n, _loads(raw)))
+            except ValueError as e:
+                raise _bad_json(line, e) from None
+        return out
+    try:
+        doc = _loads(data)
+    except ValueError:
+        try:  # the stdlib parser reports the line of the error
+            doc = json.loads(data)
+        except json.JSONDecodeError as e:
+            raise _bad_json(e.lineno, e.msg + f" at column {e.colno}") from None
+        except ValueError as e:
+            raise _bad_json(None, e) from None
+    if isinstance(doc, dict) and isinstance(doc.get("episodes"), list):
+        doc = doc["episodes"]
+    if isinstance(doc, list):
+        return [Record(None, i, obj) for i, obj in enumerate(doc, start=1)]
+    return [Record(1, 1, doc)]
+
+
+def first_object(data: bytes) -> Any:
+    """The first record of a JSON/JSONL upload without parsing the rest (for format detection), or None."""
+    try:
+        if looks_like_jsonl(data):
+            return _loads(split_lines(data[: 1 << 22])[0][1])
+        doc = _loads(data)
+    except (ValueError, IndexError):
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("episodes"), list):
+        doc = doc["episodes"]
+    if isinstance(doc, list):
+        return doc[0] if doc else None
+    return doc
+
+
+def validation_error(exc: ValidationError, rec: Record, model: str = "native") -> ApiError:
+    """Translate the first pydantic error into the one error shape, naming field and entry."""
+    err = exc.errors()[0]
+    loc = tuple(err.get("loc", ()))
+    typ = err.get("type", "")
+    top = str(loc[0]) if loc else None
+    idx = loc[1] if len(loc) > 1 and isinstance(loc[1], int) else None
+    entry = f" entry {idx}" if idx is not None else ""
+    got = err.get("input")
+    got_s = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    if typ == "json_invalid":
+        return ApiError(
+            422, "bad_json", rec.prefix() + f"this is not valid JSON ({err.get('msg')}).", **rec.where
+        )
+    if typ == "missing":
+        return rec.error("missing_field", f"required field `{top}` is missing.", field=top)
+    if typ == "extra_forbidden":
+        return rec.error(
+            "unknown_field",
+            f"field `{top}` is not part of the {model} format; known fields: "
+            + ", ".join(EpisodeIn.model_fields)
+            + ". Put extra information under `meta`.",
+            field=top,
+        )
+    if typ == "literal_error" and top == "kinds":
+        return rec.error(
+            "unknown_kind",
+            f'field `kinds`{entry} is {got_s}; each kind must be "prompt", "policy" or "tool".',
+            field="kinds",
+        )
+    return rec.error("wrong_type", f"field `{top}`{entry} is {got_s}: {err.get('msg')}.", field=top)
+
+
+def validate_native(obj: Any, rec: Record) -> EpisodeIn:
+    if not isinstance(obj, dict):
+        raise rec.error("wrong_type", f"expected a JSON object per episode, got {type(obj).__name__}.")
+    try:
+        return EpisodeIn.model_validate(obj)
+    except ValidationError as e:
+        raise validation_error(e, rec) from None
+
+
+def short_hash(text: str) -> str:
+    """A stable 12-hex-digit label (used as the group of attempts that share a prompt)."""
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def as_float(value: Any, rec: Record, name: str) -> float | None:
+    """A finite float, or None; ApiError naming the field otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise rec.error("wrong_type", f"field `{name}` is {value!r}; expected a number.", field=name)
+    if not math.isfinite(value):
+        raise rec.error("not_finite", f"field `{name}` is {value}; it must be a finite number.", field=name)
+    return float(value)
+
+
+def float_list(
+    value: Any, rec: Record, name: str, n: int | None = None, ref: str | None = None
+) -> list[float] | None:
+    """A list of numbers with (optionally) the same length ``n`` as field ``ref``; None stays None."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise rec.error(
+            "wrong_type", f"field `{name}` is {type(value).__name__}; expected a list of numbers.", field=name
+        )
+    if n is not None and len(value) != n:
+        raise rec.error(
+            "length_mismatch",
+            f"field `{name}` has {len(value)} entries but `{ref}` has {n}; they must have one entry per token.",
+            field=name,
+        )
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise rec.error(
+                "wrong_type", f"field `{name}` entry {i} is {v!r}; expected a number.", field=name
+            )
+        if not math.isfinite(v):
+            raise rec.error(
+                "not_finite", f"field `{name}` entry {i} is {v}; it must be a finite number.", field=name
+            )
+    return [float(v) for v in value]
+
+
+def scalar_meta(obj: dict, skip: set[str]) -> dict:
+    """The record's other scalar fields (str, number, bool), kept as episode meta."""
+    return {k: v for k, v in obj.items() if k not in skip and isinstance(v, (str, int, float, bool))}
+
+
+def mask_kinds(mask: list[int] | list[bool]) -> list[str]:
+    """Kinds from a 1 = trained-token mask: 1 -> policy; 0 before the first policy token -> prompt;
+    0 after it -> tool (the observation spans of a multi-turn rollout)."""
+    kinds = []
+    seen = False
+    for m in mask:
+        if m:
+            seen = True
+            kinds.append("policy")
+        else:
+            kinds.append("tool" if seen else "prompt")
+    return kinds
+
+
+def id_token(i: int, vocab: Any = None) -> str:
+    """The display string of token id ``i``: the vocab entry when a vocab is given, else ⟨i⟩."""
+    if vocab is not None:
+        try:
+            return str(vocab[i])
+        except (IndexError, KeyError, TypeError):
+            pass
+    return f"⟨{i}⟩"

@@ -1,0 +1,125 @@
+"""NeMo-RL ``train_data_step{N}.jsonl``: ``token_ids``, ``token_loss_mask``, ``rewards``,
+``advantages``, ``generation_logprobs``, ``prev_logprobs``, ``input_lengths``, ``content``.
+
+Tokens are shown as ids (``⟨1234⟩``) unless the record carries ``tokens`` (strings) or the file a
+``vocab``. ``token_loss_mask`` 1 -> policy; 0 before the first policy token -> prompt, after it ->
+tool. ``input_lengths`` cuts padding. ``rewards`` is the per-sample outcome reward (a per-token
+list of the same length is taken as per-token rewards); ``generation_logprobs`` (else
+``prev_logprobs``) become ``logprobs``; the logged ``advantages`` are kept as
+``meta.uploaded_advantages`` and offered as the scheme ``uploaded``. Group: ``group``/``idx`` if
+present, else a hash of the prompt token ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schemas import EpisodeIn
+from ._common import (
+    Parsed,
+    Record,
+    as_float,
+    float_list,
+    id_token,
+    mask_kinds,
+    read_records,
+    scalar_meta,
+    short_hash,
+)
+
+NAME = "nemo_rl"
+DESCRIPTION = (
+    "NeMo-RL train_data JSONL (token_ids, token_loss_mask, rewards, advantages, generation_logprobs)"
+)
+PRIORITY = 50
+
+
+def sniff(data: bytes, first: Any) -> bool:
+    return isinstance(first, dict) and "token_ids" in first and "token_loss_mask" in first
+
+
+def _int_list(value: Any, rec: Record, name: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, (int, bool)) for v in value):
+        raise rec.error("wrong_type", f"field `{name}` must be a list of integers.", name)
+    return [int(v) for v in value]
+
+
+def episode_from_record(rec: Record) -> EpisodeIn:
+    obj = rec.obj
+    if not isinstance(obj, dict):
+        raise rec.error("wrong_type", "expected a JSON object with `token_ids` and `token_loss_mask`.")
+    ids = _int_list(obj.get("token_ids"), rec, "token_ids")
+    mask = _int_list(obj.get("token_loss_mask"), rec, "token_loss_mask")
+    n = len(ids)
+    if len(mask) != n:
+        raise rec.error(
+            "length_mismatch",
+            f"field `token_loss_mask` has {len(mask)} entries but `token_ids` has {n}.",
+            "token_loss_mask",
+        )
+    length = obj.get("input_lengths")
+    if isinstance(length, list) and len(length) == 1:
+        length = length[0]
+    if length is not None:
+        if not isinstance(length, int) or not 0 < length <= n:
+            raise rec.error(
+                "wrong_type",
+                f"field `input_lengths` is {length!r}; expected an integer in 1..{n}.",
+                "input_lengths",
+            )
+        n = length
+    ids, mask = ids[:n], mask[:n]
+    tokens = obj.get("tokens")
+    if not (isinstance(tokens, list) and len(tokens) >= n and all(isinstance(t, str) for t in tokens[:n])):
+        tokens = [id_token(i) for i in ids]
+    tokens = tokens[:n]
+
+    def per_token(name: str) -> list[float] | None:
+        v = obj.get(name)
+        if v is None:
+            return None
+        return float_list(v[:n] if isinstance(v, list) and len(v) >= n else v, rec, name, n, "token_ids")
+
+    rewards_field = obj.get("rewards", obj.get("reward"))
+    reward = rewards = None
+    if isinstance(rewards_field, list) and len(rewards_field) == 1:
+        rewards_field = rewards_field[0]
+    if isinstance(rewards_field, list):
+        rewards = per_token("rewards")
+    else:
+        reward = as_float(rewards_field, rec, "rewards")
+    logprobs = (
+        per_token("generation_logprobs") if "generation_logprobs" in obj else per_token("prev_logprobs")
+    )
+    meta = scalar_meta(obj, {"rewards", "reward", "input_lengths", "group", "idx"})
+    adv = per_token("advantages")
+    if adv is not None:
+        meta["uploaded_advantages"] = adv
+    if isinstance(obj.get("content"), (list, str)):
+        meta["content"] = obj["content"]
+    meta["source"] = f"upload:{NAME}"
+    kinds = mask_kinds(mask)
+    first_policy = kinds.index("policy") if "policy" in kinds else n
+    group = obj.get("group", obj.get("idx"))
+    if group is None:
+        group = short_hash(",".join(map(str, ids[:first_policy])))
+    return EpisodeIn.model_construct(
+        tokens=tokens,
+        kinds=kinds,
+        reward=reward,
+        rewards=rewards,
+        values=per_token("values"),
+        logprobs=logprobs,
+        turn_ids=None,
+        group=str(group),
+        truncated=False,
+        bootstrap_value=None,
+        meta=meta,
+    )
+
+
+def parse(data: bytes, filename: str | None = None) -> Parsed:
+    out = Parsed(NAME)
+    for rec in read_records(data):
+        out.episodes.append(episode_from_record(rec))
+        out.lines.append(rec.line)
+    return out

@@ -1,0 +1,127 @@
+"""OpenAI-style chat messages with a per-episode reward, as agent frameworks write them.
+
+One episode per JSON object: ``{"messages": [...], "reward": 1.0, "group": "...", "meta": {...}}``
+(``score`` is accepted for ``reward``; ``group`` defaults to ``uid``, ``task``, or a hash of the
+messages before the first assistant message, so attempts at the same prompt share a group).
+
+Rendering, with the offline tokenizer (app/tokenize.py): every message opens with a template
+token ``<|role|>`` and closes with ``<|end|>``. Assistant content and tool calls
+(``<tool_call>name {arguments}</tool_call>``) and the assistant's ``<|end|>`` are policy tokens
+(the model generated them), one turn per assistant message; tool results are tool tokens;
+everything else (system, developer, user, headers) is prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schemas import EpisodeIn
+from ..tokenize import tokenize
+from ._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
+
+NAME = "openai_chat"
+DESCRIPTION = "OpenAI chat messages (role, content, tool_calls, tool_call_id) + a per-episode reward"
+PRIORITY = 20
+
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+
+
+def sniff(data: bytes, first: Any) -> bool:
+    msgs = first.get("messages") if isinstance(first, dict) else None
+    return isinstance(msgs, list) and (not msgs or (isinstance(msgs[0], dict) and "role" in msgs[0]))
+
+
+def _text(content: Any, rec: Record, field: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": "..."}]
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    raise rec.error("wrong_type", f"field `{field}` must be a string, a list of parts or null.", field=field)
+
+
+def episode_from_messages(rec: Record) -> EpisodeIn:
+    obj = rec.obj
+    if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
+        raise rec.error(
+            "missing_field", "required field `messages` (a list of chat messages) is missing.", "messages"
+        )
+    tokens: list[str] = []
+    kinds: list[str] = []
+    turn_ids: list[int] = []
+    turn = -1
+    prompt_text = []
+
+    def add(pieces: list[str], kind: str) -> None:
+        tokens.extend(pieces)
+        kinds.extend([kind] * len(pieces))
+        turn_ids.extend([turn if kind == "policy" else -1] * len(pieces))
+
+    for i, m in enumerate(obj["messages"]):
+        f = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise rec.error("wrong_type", f"field `{f}` must be an object with `role` and `content`.", f)
+        role = m.get("role")
+        if role not in ROLES:
+            raise rec.error(
+                "unknown_role",
+                f"field `{f}.role` is {role!r}; expected one of {', '.join(sorted(ROLES))}.",
+                f + ".role",
+            )
+        text = _text(m.get("content"), rec, f + ".content")
+        if role == "assistant":
+            turn += 1
+            add([f"<|{role}|>\n"], "prompt")
+            add(tokenize(text), "policy")
+            for j, call in enumerate(m.get("tool_calls") or []):
+                fn = call.get("function", {}) if isinstance(call, dict) else {}
+                if not isinstance(fn, dict) or "name" not in fn:
+                    raise rec.error(
+                        "wrong_type",
+                        f"field `{f}.tool_calls[{j}].function.name` is missing.",
+                        f"{f}.tool_calls",
+                    )
+                args = fn.get("arguments", "")
+                args = args if isinstance(args, str) else str(args)
+                add(
+                    ["<tool_call>"] + tokenize(" " + str(fn["name"]) + " " + args) + ["</tool_call>"],
+                    "policy",
+                )
+            add(["<|end|>"], "policy")
+            add(["\n"], "prompt")
+        else:
+            kind = "tool" if role in ("tool", "function") else "prompt"
+            add([f"<|{role}|>\n"], "prompt")
+            add(tokenize(text), kind)
+            add(["<|end|>\n"], "prompt")
+            if turn < 0:
+                prompt_text.append(f"{role}:{text}")
+    reward = as_float(obj.get("reward", obj.get("score")), rec, "reward")
+    meta = dict(obj.get("meta") or obj.get("metadata") or {})
+    meta.update(
+        {k: v for k, v in scalar_meta(obj, {"reward", "score", "group", "uid"}).items() if k not in meta}
+    )
+    meta.setdefault("source", f"upload:{NAME}")
+    group = obj.get("group") or obj.get("uid") or obj.get("task") or short_hash("\n".join(prompt_text))
+    return EpisodeIn.model_construct(
+        tokens=tokens,
+        kinds=kinds,
+        reward=reward,
+        rewards=None,
+        values=None,
+        logprobs=None,
+        turn_ids=turn_ids,
+        group=str(group),
+        truncated=bool(obj.get("truncated", False)),
+        bootstrap_value=None,
+        meta=meta,
+    )
+
+
+def parse(data: bytes, filename: str | None = None) -> Parsed:
+    out = Parsed(NAME)
+    for rec in read_records(data):
+        out.episodes.append(episode_from_messages(rec))
+        out.lines.append(rec.line)
+    return out

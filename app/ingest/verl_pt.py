@@ -1,0 +1,138 @@
+"""verl batches saved with ``torch.save``: a dict (or ``{"batch": ..., "non_tensor_batch": ...}``,
+as ``DataProto`` keeps them) holding
+
+* ``prompts`` [B, P] and ``responses`` [B, R] token ids, ``response_mask`` [B, R] (1 = LLM token,
+  0 = tool token or padding), optional ``attention_mask`` [B, P + R] (marks padding);
+* ``token_level_rewards`` (else ``token_level_scores``) [B, R]; optional ``values`` and
+  ``old_log_probs`` [B, R];
+* optional ``uid`` (GRPO group ids: a list of str, or an int tensor), ``vocab`` (list of str,
+  id -> token), ``pad_token_id``.
+
+Loaded with ``torch.load(..., weights_only=True)``: tensors, lists, dicts, str and numbers only,
+never arbitrary pickled objects (a numpy object array of uids is refused; save ``list(uids)``).
+Tokens are shown as ``⟨id⟩`` unless a vocab is present. Padding is cut using ``attention_mask``,
+else prompt ids equal to ``pad_token_id`` and the response after its last masked-in token.
+Zeros of ``response_mask`` inside the response are tool tokens.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from ..errors import ApiError
+from ..schemas import EpisodeIn
+from ._common import Parsed, id_token
+
+NAME = "verl_pt"
+DESCRIPTION = "verl DataProto dict saved with torch.save (prompts, responses, response_mask, token_level_rewards, values, uid)"
+PRIORITY = 5
+
+_ZIP = b"PK\x03\x04"
+
+
+def sniff(data: bytes, first: Any) -> bool:
+    # torch.save writes a zip archive (or, with the legacy format, a pickle starting with 0x80).
+    return data[:4] == _ZIP or data[:1] == b"\x80"
+
+
+def _err(message: str, field: str | None = None, episode: int | None = None) -> ApiError:
+    prefix = f"episode {episode}: " if episode is not None else ""
+    return ApiError(422, "bad_verl_batch", prefix + message, field=field, episode=episode)
+
+
+def parse(data: bytes, filename: str | None = None) -> Parsed:
+    import torch
+
+    try:
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as e:  # UnpicklingError for disallowed globals, RuntimeError for junk
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ApiError(
+            422,
+            "bad_verl_batch",
+            "could not load this file with torch.load(weights_only=True): "
+            f"{first}. Save a dict of tensors, lists and strings (e.g. uid as a list of str).",
+        ) from None
+    if not isinstance(obj, dict):
+        raise _err(f"expected a dict of tensors, got {type(obj).__name__}.")
+    d: dict[str, Any] = {}
+    for part in ("batch", "non_tensor_batch", "meta_info"):
+        if isinstance(obj.get(part), dict):
+            d.update(obj[part])
+    d.update({k: v for k, v in obj.items() if k not in ("batch", "non_tensor_batch", "meta_info")})
+    for k in ("prompts", "responses", "response_mask"):
+        if k not in d:
+            raise _err(f"field `{k}` is missing; a verl batch needs prompts, responses and response_mask.", k)
+    prompts = torch.as_tensor(d["prompts"])
+    responses = torch.as_tensor(d["responses"])
+    rmask = torch.as_tensor(d["response_mask"])
+    if prompts.dim() != 2 or responses.dim() != 2:
+        raise _err("fields `prompts` and `responses` must be 2-D [B, P] and [B, R] tensors.", "responses")
+    B, P = prompts.shape
+    R = responses.shape[1]
+    if tuple(rmask.shape) != (B, R):
+        raise _err(
+            f"field `response_mask` has shape {tuple(rmask.shape)} but `responses` has {(B, R)}.",
+            "response_mask",
+        )
+    rew_key = "token_level_rewards" if "token_level_rewards" in d else "token_level_scores"
+    per_tok = {}
+    for name, key in (("rewards", rew_key), ("values", "values"), ("logprobs", "old_log_probs")):
+        if key in d and d[key] is not None:
+            t = torch.as_tensor(d[key]).to(torch.float64)
+            if tuple(t.shape) != (B, R):
+                raise _err(f"field `{key}` has shape {tuple(t.shape)} but `responses` has {(B, R)}.", key)
+            per_tok[name] = t
+    attn = torch.as_tensor(d["attention_mask"]) if "attention_mask" in d else None
+    if attn is not None and tuple(attn.shape) != (B, P + R):
+        raise _err(
+            f"field `attention_mask` has shape {tuple(attn.shape)}; expected {(B, P + R)}.", "attention_mask"
+        )
+    uid = d.get("uid")
+    if uid is not None:
+        uid = uid.tolist() if hasattr(uid, "tolist") else list(uid)
+        if len(uid) != B:
+            raise _err(f"field `uid` has {len(uid)} entries but the batch has {B} rows.", "uid")
+    vocab = d.get("vocab")
+    pad = d.get("pad_token_id")
+    steps = d.get("global_steps", d.get("step"))
+    out = Parsed(NAME)
+    for b in range(B):
+        p_ids = prompts[b]
+        if attn is not None:
+            p_keep = attn[b, :P] != 0
+            r_keep = attn[b, P:] != 0
+        else:
+            p_keep = p_ids != pad if pad is not None else torch.ones(P, dtype=torch.bool)
+            nz = torch.nonzero(rmask[b]).flatten()
+            r_keep = torch.zeros(R, dtype=torch.bool)
+            if len(nz):
+                r_keep[: int(nz[-1]) + 1] = True
+        p_list = p_ids[p_keep].tolist()
+        r_list = responses[b][r_keep].tolist()
+        m = rmask[b][r_keep].tolist()
+        tokens = [id_token(i, vocab) for i in p_list + r_list]
+        kinds = ["prompt"] * len(p_list) + ["policy" if x else "tool" for x in m]
+        zeros = [0.0] * len(p_list)
+        arrays = {name: zeros + t[b][r_keep].tolist() for name, t in per_tok.items()}
+        meta: dict[str, Any] = {"source": f"upload:{NAME}", "row": b}
+        if isinstance(steps, (int, float)):
+            meta["step"] = steps
+        out.episodes.append(
+            EpisodeIn.model_construct(
+                tokens=tokens,
+                kinds=kinds,
+                reward=None,
+                rewards=arrays.get("rewards"),
+                values=arrays.get("values"),
+                logprobs=arrays.get("logprobs"),
+                turn_ids=None,
+                group=None if uid is None else str(uid[b]),
+                truncated=False,
+                bootstrap_value=None,
+                meta=meta,
+            )
+        )
+        out.lines.append(None)
+    return out

@@ -1,0 +1,64 @@
+"""verl ``rollout_data_dir`` / ``validation_data_dir`` JSONL: ``input``, ``output``, ``score``,
+``step`` (+ ``gts``, ``request_id``, reward extras). Text only: ``input`` becomes prompt tokens and
+``output`` policy tokens, tokenised with the offline tokenizer (app/tokenize.py); ``score`` is the
+outcome reward. Multi-turn outputs interleave assistant and tool text that cannot be told apart
+from text alone, so all of ``output`` is policy. Group: ``uid`` if present, else a hash of
+``input`` (GRPO samples the same prompt several times)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schemas import EpisodeIn
+from ..tokenize import tokenize
+from ._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
+
+NAME = "verl_rollout"
+DESCRIPTION = "verl rollout_data_dir JSONL (input, output, score, step): text only, re-tokenised"
+PRIORITY = 30
+
+
+def sniff(data: bytes, first: Any) -> bool:
+    return isinstance(first, dict) and "input" in first and "output" in first
+
+
+def episode_from_record(rec: Record) -> EpisodeIn:
+    obj = rec.obj
+    if not isinstance(obj, dict):
+        raise rec.error("wrong_type", "expected a JSON object with `input`, `output` and `score`.")
+    for f in ("input", "output"):
+        if not isinstance(obj.get(f), str):
+            raise rec.error(
+                "missing_field" if f not in obj else "wrong_type", f"field `{f}` must be a string.", f
+            )
+    score = obj.get("score")
+    if isinstance(score, dict):  # reward functions that return a dict keep the scalar under "score"
+        score = score.get("score")
+    reward = as_float(score, rec, "score")
+    prompt = tokenize(obj["input"])
+    response = tokenize(obj["output"])
+    meta = scalar_meta(obj, {"input", "output", "score", "uid"})
+    if "data_source" in obj:
+        meta.setdefault("task", obj["data_source"])
+    meta["source"] = f"upload:{NAME}"
+    return EpisodeIn.model_construct(
+        tokens=prompt + response,
+        kinds=["prompt"] * len(prompt) + ["policy"] * len(response),
+        reward=reward,
+        rewards=None,
+        values=None,
+        logprobs=None,
+        turn_ids=None,
+        group=str(obj.get("uid") or short_hash(obj["input"])),
+        truncated=False,
+        bootstrap_value=None,
+        meta=meta,
+    )
+
+
+def parse(data: bytes, filename: str | None = None) -> Parsed:
+    out = Parsed(NAME)
+    for rec in read_records(data):
+        out.episodes.append(episode_from_record(rec))
+        out.lines.append(rec.line)
+    return out
