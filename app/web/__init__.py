@@ -1,3 +1,6 @@
-from fastapi import APIRouter
+"""The browser front end: HTML pages (each with a JSON twin) and the security headers."""
 
-router = APIRouter()
+from .pages import router
+from .security import SecurityHeadersMiddleware
+
+__all__ = ["router", "SecurityHeadersMiddleware"]

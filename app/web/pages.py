@@ -1,0 +1,155 @@
+"""HTML pages and their JSON twins.
+
+Every page answers ``?format=json`` (or ``Accept: application/json``) with its data: the view
+state parsed from the query string, the JSON API URL the page's script reads, and that API's
+answer (fetched in-process, so the twin and the page can never disagree about the numbers).
+The HTML itself carries only the initial state; the browser fetches the numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from ..templating import templates
+from . import state as st
+from .talk import STEPS, step_or_none
+
+router = APIRouter(include_in_schema=False)
+
+
+def wants_json(request: Request) -> bool:
+    """True for ``?format=json`` or an Accept header that asks for JSON and not HTML."""
+    if request.query_params.get("format") == "json":
+        return True
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+async def api_get(request: Request, url: str) -> tuple[int, Any]:
+    """GET one of our own API URLs in-process (no network) -> (status, parsed JSON or None)."""
+    transport = httpx.ASGITransport(app=request.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://creditlens.internal") as client:
+        r = await client.get(url, headers={"accept": "application/json"})
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    return r.status_code, body
+
+
+async def json_twin(request: Request, page: dict, api_url: str | None) -> JSONResponse:
+    """The page's data: ``page`` (view state) + ``api`` URL + ``data`` (the API's answer)."""
+    out = {**page, "api": api_url}
+    status = 200
+    if api_url is not None:
+        status, body = await api_get(request, api_url)
+        if status >= 400:
+            # The API's error shape passes through unchanged.
+            return JSONResponse(body, status_code=status)
+        out["data"] = body
+    return JSONResponse(out, status_code=status)
+
+
+def render(request: Request, name: str, ctx: dict, status_code: int = 200) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, ctx, status_code=status_code)
+
+
+@router.get("/", response_class=HTMLResponse)
+async def home(request: Request) -> Response:
+    """Home: batches (search ``q``, filter ``source``) and the upload form."""
+    q = request.query_params.get("q", "")
+    source = request.query_params.get("source", "")
+    params = httpx.QueryParams({k: v for k, v in {"q": q, "source": source}.items() if v})
+    api = "/api/batches" + (f"?{params}" if params else "")
+    page = {"page": "home", "view": {"q": q, "source": source}}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    return render(request, "home.html", {"initial": {**page, "api": api}, "q": q, "source": source})
+
+
+@router.get("/e/{slug}", response_class=HTMLResponse)
+async def episode_page(request: Request, slug: str) -> Response:
+    """One episode: stacked token strips, controls, per-call table. State = query string."""
+    catalog = st.scheme_catalog()
+    view = st.EpisodeView.from_query(dict(request.query_params), {s["name"] for s in catalog})
+    api = st.advantages_api_url(slug, view)
+    page = {"page": "episode", "slug": slug, "view": view.to_dict(), "query": view.query()}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    initial = {
+        **page,
+        "api": api,
+        "episode_api": f"/api/episodes/{slug}",
+        "catalog": catalog,
+        "baselines": list(st.BASELINES),
+        "critics": list(st.CRITICS),
+        "defaults": st.EpisodeView().to_dict(),
+    }
+    return render(request, "episode.html", {"initial": initial, "slug": slug, "view": view})
+
+
+@router.get("/b/{batch_id}", response_class=HTMLResponse)
+async def batch_page(request: Request, batch_id: int) -> Response:
+    """One batch: diagnostics (Plotly) and its episodes."""
+    api = f"/api/batches/{batch_id}"
+    page = {"page": "batch", "batch_id": batch_id, "view": {"q": request.query_params.get("q", "")}}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    return render(request, "batch.html", {"initial": {**page, "api": api}, "batch_id": batch_id})
+
+
+@router.get("/b/{batch_id}/g/{group}", response_class=HTMLResponse)
+async def group_page(request: Request, batch_id: int, group: str) -> Response:
+    """One group: the G attempts side by side under every group baseline."""
+    api = f"/api/batches/{batch_id}/groups/{quote(group, safe='')}"
+    page = {"page": "group", "batch_id": batch_id, "group": group, "view": {}}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    ctx = {"initial": {**page, "api": api, "batch_api": f"/api/batches/{batch_id}"}, "batch_id": batch_id}
+    return render(request, "group.html", {**ctx, "group": group})
+
+
+@router.get("/talk", response_class=HTMLResponse)
+async def talk_start(request: Request) -> Response:
+    """Talk mode starts at step 1 (a redirect keeps one URL per step)."""
+    suffix = "?format=json" if wants_json(request) else ""
+    return RedirectResponse(st.talk_url(1) + suffix, status_code=307)
+
+
+@router.get("/talk/{step}", response_class=HTMLResponse)
+async def talk_step(request: Request, step: int) -> Response:
+    """Talk step ``step`` (1-based): full screen, large type; keys step through."""
+    s = step_or_none(step)
+    n = len(STEPS)
+    if s is None:
+        if wants_json(request):
+            msg = f"talk mode has steps 1 to {n}"
+            err = {
+                "status": 404,
+                "code": "not_found",
+                "message": msg,
+                "line": None,
+                "episode": None,
+                "field": "step",
+            }
+            return JSONResponse({"error": err}, status_code=404)
+        return RedirectResponse(st.talk_url(min(max(step, 1), n)), status_code=307)
+    page = {
+        "page": "talk",
+        "step": step,
+        "n_steps": n,
+        "title": s.title,
+        "paragraphs": s.paragraphs,
+        "view": s.view,
+        "links": [{"href": h, "text": t} for h, t in s.links],
+        "prev": st.talk_url(step - 1) if step > 1 else None,
+        "next": st.talk_url(step + 1) if step < n else None,
+    }
+    if wants_json(request):
+        return JSONResponse(page)
+    return render(request, "talk.html", {"initial": page, "s": s, "step": step, "n": n, "page": page})

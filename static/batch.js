@@ -1,0 +1,224 @@
+// Batch page: diagnostics from /api/batches/{id} as cards, Plotly figures and tables.
+import { csvCell, download, el, fetchJSON, fmt, plotlyConfig, readInitial } from "./util.js";
+
+const init = readInitial();
+const $ = (id) => document.getElementById(id);
+const pct = (x) => (x === null || x === undefined ? "—" : `${(100 * x).toFixed(0)}%`);
+const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
+const POS = "rgb(33,102,172)";
+const NEG = "rgb(178,24,43)";
+
+export function plot(id, traces, layout, name) {
+  const node = typeof id === "string" ? $(id) : id;
+  if (!window.Plotly) {
+    node.textContent = "Plotly is not available (/vendor/plotly.min.js).";
+    return;
+  }
+  window.Plotly.newPlot(
+    node,
+    traces,
+    { font: FONT, margin: { l: 56, r: 16, t: 10, b: 48 }, height: 320, paper_bgcolor: "#fff", plot_bgcolor: "#fff", ...layout },
+    plotlyConfig(name),
+  );
+}
+
+function card(big, what) {
+  return el("div", { class: "card" }, el("div", { class: "big" }, big), el("div", { class: "what" }, what));
+}
+
+/** Per-episode batch whitening and group centering of the scores (seed 000 §7.7), client-side fallback. */
+export function whitenVsCenter(eps) {
+  const r = eps.map((e) => e.reward ?? 0);
+  const n = r.length;
+  const mean = r.reduce((a, b) => a + b, 0) / Math.max(1, n);
+  const sd = Math.sqrt(r.reduce((a, b) => a + (b - mean) ** 2, 0) / Math.max(1, n - 1));
+  const byGroup = new Map();
+  eps.forEach((e, i) => {
+    const g = String(e.group ?? `#${i}`);
+    if (!byGroup.has(g)) byGroup.set(g, []);
+    byGroup.get(g).push(r[i]);
+  });
+  const gmean = new Map([...byGroup].map(([g, xs]) => [g, xs.reduce((a, b) => a + b, 0) / xs.length]));
+  return eps.map((e, i) => ({
+    slug: e.slug,
+    group: String(e.group ?? `#${i}`),
+    reward: r[i],
+    whiten: sd > 0 ? (r[i] - mean) / (sd + 1e-6) : 0,
+    center: r[i] - gmean.get(String(e.group ?? `#${i}`)),
+  }));
+}
+
+/** Normalise the API's whiten_vs_center into [{slug, group, reward, whiten, center}] if we can. */
+function wvcRows(diag, eps) {
+  const w = diag && diag.whiten_vs_center;
+  if (w && Array.isArray(w.episodes) && w.episodes.length && "batch_whiten" in w.episodes[0]) {
+    return w.episodes.map((e) => ({ slug: e.slug, group: e.group, reward: e.score, whiten: e.batch_whiten, center: e.group_center }));
+  }
+  if (w && Array.isArray(w.batch_whiten) && Array.isArray(w.group_center) && w.batch_whiten.length === eps.length) {
+    return eps.map((e, i) => ({ slug: e.slug, group: e.group, reward: e.reward, whiten: w.batch_whiten[i], center: w.group_center[i] }));
+  }
+  return whitenVsCenter(eps);
+}
+
+function histogram(diag, eps) {
+  const h = diag && diag.reward_histogram;
+  if (h) {
+    const edges = h.edges || h.bin_edges || h.bins;
+    const counts = h.counts || h.count;
+    if (Array.isArray(edges) && Array.isArray(counts) && edges.length === counts.length + 1) {
+      const x = counts.map((_, i) => (edges[i] + edges[i + 1]) / 2);
+      const width = counts.map((_, i) => edges[i + 1] - edges[i]);
+      return [{ type: "bar", x, y: counts, width, marker: { color: POS }, name: "episodes" }];
+    }
+    if (Array.isArray(h.values) && Array.isArray(counts)) {
+      return [{ type: "bar", x: h.values, y: counts, marker: { color: POS }, name: "episodes" }];
+    }
+  }
+  return [{ type: "histogram", x: eps.map((e) => e.reward), marker: { color: POS }, name: "episodes" }];
+}
+
+export function figHist(node, b) {
+  plot(node, histogram(b.diagnostics, b.episodes || []), { xaxis: { title: { text: "reward" } }, yaxis: { title: { text: "episodes" } }, bargap: 0.05 }, `batch-${b.id}-rewards`);
+}
+
+export function figWhiten(node, b, height = 320) {
+  const wvc = wvcRows(b.diagnostics, b.episodes || []).slice().sort((p, q) => String(p.group).localeCompare(String(q.group)) || p.reward - q.reward);
+  const labels = wvc.map((r, i) => `${r.group} · ${i}`);
+  plot(
+    node,
+    [
+      { type: "bar", name: "batch whitening", x: labels, y: wvc.map((r) => r.whiten), marker: { color: NEG }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>batch whiten %{y:.3f}<extra>%{customdata}</extra>" },
+      { type: "bar", name: "group centering", x: labels, y: wvc.map((r) => r.center), marker: { color: POS }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>group center %{y:.3f}<extra>%{customdata}</extra>" },
+    ],
+    { height, barmode: "group", xaxis: { showticklabels: wvc.length <= 40, title: { text: "episodes, ordered by group" } }, yaxis: { title: { text: "advantage" } }, legend: { orientation: "h", y: 1.12 } },
+    `batch-${b.id}-whiten-vs-center`,
+  );
+}
+
+export function figGroups(node, b, height = 320) {
+  const groups = (b.diagnostics && b.diagnostics.groups) || [];
+  plot(
+    node,
+    [
+      {
+        type: "bar",
+        x: groups.map((g) => String(g.group)),
+        y: groups.map((g) => g.pass_rate),
+        marker: { color: groups.map((g) => (g.zero_variance ? "#999" : POS)), pattern: { shape: groups.map((g) => (g.zero_variance ? "/" : "")) } },
+        hovertemplate: "group %{x}<br>pass rate %{y:.2f}<extra></extra>",
+      },
+    ],
+    { height, yaxis: { title: { text: "pass rate" }, range: [0, 1.05] }, xaxis: { type: "category" } },
+    `batch-${b.id}-groups`,
+  );
+}
+
+function render(b) {
+  const diag = b.diagnostics || {};
+  const eps = b.episodes || [];
+  const groups = diag.groups || [];
+  $("b-name").textContent = b.name || `Batch ${b.id}`;
+  document.title = `${b.name || "Batch " + b.id} · creditlens`;
+  $("b-meta").textContent = `${b.n_episodes ?? eps.length} episodes · ${groups.length} groups · source ${b.source || "—"} · created ${(b.created_at || "").replace("T", " ").slice(0, 19)}`;
+
+  const zvGroups = diag.zero_variance_groups || groups.filter((g) => g.zero_variance).map((g) => g.group);
+  const cards = [
+    card(pct(diag.zero_variance_share), `of episodes sit in zero-variance groups (${zvGroups.length} of ${groups.length} groups): their outcome advantage is exactly 0`),
+  ];
+  if (diag.useless_credit_share !== null && diag.useless_credit_share !== undefined) {
+    cards.push(card(pct(diag.useless_credit_share), "of the positive outcome credit lands on calls that neither fixed nor submitted"));
+  }
+  const mean = eps.length ? eps.reduce((a, e) => a + (e.reward ?? 0), 0) / eps.length : null;
+  cards.push(card(fmt(mean), "mean reward"));
+  $("cards").replaceChildren(...cards);
+  $("zv-banner").replaceChildren(
+    ...(zvGroups.length
+      ? [el("div", { class: "banner" }, `Zero-variance groups (no gradient from a group baseline): ${zvGroups.join(", ")}`)]
+      : []),
+  );
+
+  figHist("fig-hist", b);
+  figWhiten("fig-whiten", b);
+  $("wvc-summary").textContent = (diag.whiten_vs_center && diag.whiten_vs_center.summary) || "";
+  figGroups("fig-groups", b);
+
+  const cbe = diag.credit_by_effect;
+  if (cbe && typeof cbe === "object" && Object.keys(cbe).length) {
+    $("fig-effect-box").hidden = false;
+    const keys = Object.keys(cbe);
+    const vals = keys.map((k) => (typeof cbe[k] === "number" ? cbe[k] : (cbe[k].share ?? cbe[k].positive ?? null)));
+    plot("fig-effect", [{ type: "bar", x: keys, y: vals, marker: { color: POS } }], { yaxis: { title: { text: "share of positive credit" } } }, `batch-${b.id}-credit-by-effect`);
+  }
+
+  const gt = el("table", { class: "data" });
+  gt.append(el("thead", {}, el("tr", {}, ["Group", "Attempts", "Mean reward", "Pass rate", ""].map((h) => el("th", { scope: "col" }, h)))));
+  const gb = el("tbody");
+  for (const g of groups) {
+    gb.append(
+      el(
+        "tr",
+        {},
+        el("td", {}, el("a", { href: `/b/${b.id}/g/${encodeURIComponent(g.group)}` }, String(g.group))),
+        el("td", { class: "num" }, String(g.n)),
+        el("td", { class: "num" }, fmt(g.mean_reward)),
+        el("td", { class: "num" }, fmt(g.pass_rate, 2)),
+        el("td", {}, g.zero_variance ? el("span", { class: "flag" }, "zero variance: no gradient") : ""),
+      ),
+    );
+  }
+  gt.append(gb);
+  $("groups").replaceWith(Object.assign(gt, { id: "groups" }));
+  renderEpisodes(b);
+}
+
+function renderEpisodes(b) {
+  const f = $("ep-filter").value.trim().toLowerCase();
+  const eps = (b.episodes || []).filter(
+    (e) => !f || [e.slug, e.task, e.group].some((v) => v !== null && v !== undefined && String(v).toLowerCase().includes(f)),
+  );
+  const t = el("table", { class: "data", id: "episodes" });
+  t.append(el("thead", {}, el("tr", {}, ["Episode", "Task", "Group", "Reward", "Tokens"].map((h) => el("th", { scope: "col" }, h)))));
+  const body = el("tbody");
+  for (const e of eps.slice(0, 2000)) {
+    body.append(
+      el(
+        "tr",
+        {},
+        el("td", {}, el("a", { href: `/e/${encodeURIComponent(e.slug)}` }, e.slug)),
+        el("td", {}, e.task || "—"),
+        el("td", {}, e.group !== null && e.group !== undefined ? el("a", { href: `/b/${b.id}/g/${encodeURIComponent(e.group)}` }, String(e.group)) : "—"),
+        el("td", { class: "num" }, fmt(e.reward)),
+        el("td", { class: "num" }, String(e.n_tokens ?? "")),
+      ),
+    );
+  }
+  t.append(body);
+  $("episodes").replaceWith(t);
+  const params = new URLSearchParams(location.search);
+  if (f) params.set("q", f);
+  else params.delete("q");
+  history.replaceState(null, "", `${location.pathname}${params.toString() ? "?" + params : ""}`);
+}
+
+let batch = null;
+if ($("b-name")) fetchJSON(init.api)
+  .then((b) => {
+    batch = b;
+    $("ep-filter").value = (init.view && init.view.q) || "";
+    render(b);
+    document.body.dataset.ready = "1";
+  })
+  .catch((err) => {
+    $("error").textContent = err.describe ? err.describe() : String(err);
+    $("error").hidden = false;
+    $("b-meta").textContent = "";
+  });
+$("ep-filter")?.addEventListener("input", () => batch && renderEpisodes(batch));
+$("b-name") && $("csv-btn").addEventListener("click", () => {
+  if (!batch) return;
+  const lines = ["slug,task,group,reward,n_tokens"];
+  for (const e of batch.episodes || []) {
+    lines.push([csvCell(e.slug), csvCell(e.task, true), csvCell(e.group, true), csvCell(e.reward), csvCell(e.n_tokens)].join(","));
+  }
+  download(new Blob([lines.join("\n") + "\n"], { type: "text/csv" }), `creditlens-batch-${batch.id}.csv`);
+});

@@ -1,0 +1,263 @@
+// Episode page: controls <-> URL query string <-> /api/episodes/{slug}/advantages -> strips.
+import { TokenStrip, maxAbs } from "./strip.js";
+import { advColor, copyText, csvCell, debounce, download, el, fetchJSON, fmt, inkOn, qnum, readInitial, rgb } from "./util.js";
+
+const init = readInitial();
+const slug = init.slug;
+const catalog = new Map(init.catalog.map((s) => [s.name, s]));
+const state = { ...init.view, open: new Set(init.view.open || []) };
+
+const $ = (id) => document.getElementById(id);
+const stripBox = $("strip");
+let data = null;
+let inflight = null;
+
+/** The canonical query string; same keys and order as EpisodeView.query() in app/web/state.py. */
+function query({ api = false } = {}) {
+  const p = [
+    ["scheme", state.schemes.join(",")],
+    ["gamma", qnum(state.gamma)],
+    ["lam", qnum(state.lam)],
+    ["baseline", state.baseline],
+    ["critic", state.critic],
+  ];
+  if (!api && state.open.size) p.push(["open", [...state.open].sort((a, b) => a - b).join(",")]);
+  if (!api && state.tok !== null && state.tok !== undefined) p.push(["tok", String(state.tok)]);
+  return p.map(([k, v]) => `${k}=${encodeURIComponent(v).replace(/%2C/g, ",")}`).join("&");
+}
+
+function apiUrl() {
+  return `/api/episodes/${encodeURIComponent(slug)}/advantages?${query({ api: true })}`;
+}
+
+function syncUrl() {
+  const url = `${location.pathname}?${query()}`;
+  history.replaceState(null, "", url);
+  $("json-link").href = `${location.pathname}?${query()}&format=json`;
+}
+
+const strip = new TokenStrip(stripBox, {
+  onToggleSpan: (_start, _open, openSet) => {
+    state.open = openSet;
+    syncUrl();
+  },
+  onCursor: (i) => {
+    state.tok = i;
+    syncUrl();
+  },
+});
+window.__strip = strip; // test and console hook: cellAt(i), pixelAt(i, row)
+
+function showError(msg) {
+  const box = $("error");
+  box.textContent = msg || "";
+  box.hidden = !msg;
+}
+
+async function load() {
+  if (inflight) inflight.abort();
+  const ctrl = new AbortController();
+  inflight = ctrl;
+  stripBox.dataset.ready = "0";
+  stripBox.setAttribute("aria-busy", "true");
+  try {
+    const d = await fetchJSON(apiUrl(), { signal: ctrl.signal });
+    if (ctrl.signal.aborted) return;
+    data = d;
+    showError("");
+    render();
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    showError(err.describe ? err.describe() : String(err));
+    stripBox.dataset.ready = "error";
+  } finally {
+    if (inflight === ctrl) inflight = null;
+    stripBox.removeAttribute("aria-busy");
+  }
+}
+const reload = debounce(load, 120);
+
+function rowsOf(d) {
+  return d.schemes.map((s) => ({ name: s.name, label: s.label || s.name, advantages: s.advantages }));
+}
+
+function render() {
+  const d = data;
+  const ep = d.episode || {};
+  const meta = ep.meta || {};
+  const task = ep.task || meta.task;
+  $("ep-task").textContent = task ? `${task}` : "Episode";
+  document.title = `${task || "Episode"} ${slug} · creditlens`;
+  const nPolicy = d.kinds.filter((k) => k === "policy").length;
+  const nTool = d.kinds.filter((k) => k === "tool").length;
+  const parts = [
+    `${d.n_tokens} tokens (${nPolicy} policy, ${nTool} tool)`,
+    `${d.turns.length} calls`,
+    `reward ${fmt(ep.reward)}`,
+    ep.truncated ? "truncated" : "terminated",
+  ];
+  if (d.group !== null && d.group !== undefined) parts.push(`group ${d.group}`);
+  const metaLine = $("ep-meta");
+  metaLine.replaceChildren(parts.join(" · "), " · ");
+  metaLine.append(el("a", { href: `/b/${d.batch_id}` }, `batch ${d.batch_id}`));
+  if (d.group !== null && d.group !== undefined) {
+    metaLine.append(" · ", el("a", { href: `/b/${d.batch_id}/g/${encodeURIComponent(d.group)}` }, "compare the group"));
+  }
+  // The oracle row exists only for episodes that carry their true values.
+  const oracle = document.querySelector('input[name="scheme"][value="oracle"]');
+  if (oracle) oracle.closest("label").hidden = !Array.isArray(meta.turn_values);
+  const uploaded = document.querySelector('input[name="scheme"][value="uploaded"]');
+  if (uploaded) uploaded.closest("label").hidden = !meta.uploaded_advantages;
+
+  const rows = rowsOf(d);
+  const scale = maxAbs(rows, d.kinds);
+  $("legend-min").textContent = `−${fmt(scale)}`;
+  $("legend-max").textContent = `+${fmt(scale)}`;
+  strip.setData(d, rows, { open: state.open, cursor: state.tok ?? null, scale });
+  if (state.tok !== null && state.tok !== undefined) strip.scrollToToken(state.tok);
+  renderCalls(d, rows, scale);
+  stripBox.dataset.ready = "1";
+  stripBox.dataset.query = query();
+}
+
+function renderCalls(d, rows, scale) {
+  const table = $("calls");
+  const head = el(
+    "tr",
+    {},
+    el("th", { scope: "col" }, "Turn"),
+    el("th", { scope: "col" }, "Call"),
+    el("th", { scope: "col" }, "Effect"),
+    el("th", { scope: "col", class: "num" }, "Reward"),
+    el("th", { scope: "col", class: "num" }, "Value"),
+    rows.map((r) => el("th", { scope: "col", class: "num" }, r.label)),
+  );
+  const body = el("tbody");
+  for (const t of d.turns) {
+    const tr = el(
+      "tr",
+      { tabindex: "0", dataset: { start: t.start } },
+      el("td", {}, String(t.turn)),
+      el("td", { class: "call-text" }, clip(t.text || "", 80)),
+      el("td", {}, t.effect ? el("span", { class: `effect effect-${t.effect}` }, t.effect) : "—"),
+      el("td", { class: "num" }, fmt(t.reward)),
+      el("td", { class: "num" }, fmt(t.value)),
+      rows.map((r) => {
+        const v = t.means ? t.means[r.name] : null;
+        const col = advColor(v, scale);
+        const td = el("td", { class: "num adv" }, fmt(v));
+        if (col) {
+          td.style.background = rgb(col);
+          td.style.color = inkOn(col);
+        }
+        return td;
+      }),
+    );
+    const go = () => {
+      strip.canvas.focus();
+      strip.setCursor(t.start);
+    };
+    tr.addEventListener("click", go);
+    tr.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") go();
+    });
+    body.append(tr);
+  }
+  table.replaceChildren(el("thead", {}, head), body);
+}
+
+function clip(s, n) {
+  return s.length > n ? s.slice(0, n - 1) + "…" : s;
+}
+
+// ---- controls ----
+function bindPair(rangeId, numId, key) {
+  const range = $(rangeId);
+  const num = $(numId);
+  const set = (v, from) => {
+    let x = Number(v);
+    if (!Number.isFinite(x)) return;
+    x = Math.min(1, Math.max(0, x));
+    state[key] = x;
+    if (from !== range) range.value = String(x);
+    if (from !== num) num.value = String(x);
+    syncUrl();
+    reload();
+  };
+  range.addEventListener("input", () => set(range.value, range));
+  num.addEventListener("change", () => set(num.value, num));
+  num.addEventListener("input", () => {
+    if (num.value !== "" && num.checkValidity()) set(num.value, num);
+  });
+}
+bindPair("gamma-range", "gamma-num", "gamma");
+bindPair("lam-range", "lam-num", "lam");
+for (const key of ["baseline", "critic"]) {
+  $(key).addEventListener("change", (e) => {
+    state[key] = e.target.value;
+    syncUrl();
+    reload();
+  });
+}
+const boxes = [...document.querySelectorAll('input[name="scheme"]')];
+for (const box of boxes) {
+  box.addEventListener("change", () => {
+    // At least one row: the API would silently fall back to the default three.
+    if (!boxes.some((b) => b.checked)) {
+      box.checked = true;
+      return;
+    }
+    // Keep the user's order: existing rows stay put, new ones go to the bottom.
+    const checked = new Set(boxes.filter((b) => b.checked).map((b) => b.value));
+    state.schemes = state.schemes.filter((s) => checked.has(s));
+    for (const b of boxes) if (b.checked && !state.schemes.includes(b.value)) state.schemes.push(b.value);
+    $("n-rows").textContent = String(state.schemes.length);
+    syncUrl();
+    reload();
+  });
+}
+$("controls").addEventListener("submit", (e) => e.preventDefault());
+$("copy-link").addEventListener("click", () => copyText(location.href, $("link-field"), $("copy-status")));
+
+// ---- exports ----
+function exportName(ext) {
+  return `creditlens-${slug}-lam${qnum(state.lam)}.${ext}`;
+}
+
+function toCSV(d) {
+  const rows = rowsOf(d);
+  const head = ["position", "token", "kind", "turn", "reward", "value", "td", ...rows.map((r) => r.name)];
+  const lines = [head.join(",")];
+  for (let i = 0; i < d.tokens.length; i++) {
+    lines.push(
+      [
+        i,
+        csvCell(d.tokens[i], true),
+        d.kinds[i],
+        d.turn_ids ? csvCell(d.turn_ids[i]) : "",
+        d.rewards ? csvCell(d.rewards[i]) : "",
+        d.values ? csvCell(d.values[i]) : "",
+        d.td ? csvCell(d.td[i]) : "",
+        ...rows.map((r) => csvCell(r.advantages[i])),
+      ].join(","),
+    );
+  }
+  return lines.join("\n") + "\n";
+}
+
+document.querySelectorAll("[data-export]").forEach((btn) =>
+  btn.addEventListener("click", async () => {
+    if (!data) return;
+    const kind = btn.dataset.export;
+    if (kind === "png") download(await strip.toPNG(), exportName("png"));
+    else if (kind === "svg") download(new Blob([strip.toSVG()], { type: "image/svg+xml" }), exportName("svg"));
+    else if (kind === "csv") download(new Blob([toCSV(data)], { type: "text/csv" }), exportName("csv"));
+    else if (kind === "json") {
+      const body = JSON.stringify({ view: { ...state, open: [...state.open] }, url: location.href, data }, null, 1);
+      download(new Blob([body], { type: "application/json" }), exportName("json"));
+    }
+  }),
+);
+
+syncUrl();
+load();

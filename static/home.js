@@ -1,0 +1,202 @@
+// Home: batches (search + source filter, state in the URL), episodes per batch, upload with drag and drop.
+import { ApiError, el, fetchJSON, fmt, readInitial } from "./util.js";
+
+const init = readInitial();
+const $ = (id) => document.getElementById(id);
+
+function batchesOf(body) {
+  if (Array.isArray(body)) return body;
+  return body.batches || body.items || [];
+}
+
+async function loadBatches() {
+  const q = $("q").value.trim();
+  const source = $("source").value;
+  const params = new URLSearchParams();
+  if (q) params.set("q", q);
+  if (source) params.set("source", source);
+  const qs = params.toString();
+  history.replaceState(null, "", qs ? `/?${qs}` : "/");
+  const status = $("batches-status");
+  status.textContent = "Loading…";
+  try {
+    const list = batchesOf(await fetchJSON(`/api/batches${qs ? "?" + qs : ""}`));
+    renderBatches(list);
+    document.body.dataset.ready = "1";
+    status.textContent = list.length
+      ? `${list.length} batch${list.length === 1 ? "" : "es"}${q ? ` matching “${q}”` : ""}.`
+      : q || source
+        ? "No batch matches."
+        : "No batches yet: upload a file, or start the server with --demo.";
+  } catch (err) {
+    status.textContent = `Could not list batches: ${err.describe ? err.describe() : err}`;
+  }
+}
+
+function renderBatches(list) {
+  const head = el(
+    "tr",
+    {},
+    ["Batch", "Source", "Episodes", "Created", ""].map((h) => el("th", { scope: "col" }, h)),
+  );
+  const body = el("tbody");
+  for (const b of list) {
+    const toggle = el("button", { type: "button", "aria-expanded": "false" }, "episodes");
+    const tr = el(
+      "tr",
+      {},
+      el("td", {}, el("a", { href: `/b/${b.id}` }, b.name || `batch ${b.id}`)),
+      el("td", {}, b.source || ""),
+      el("td", { class: "num" }, String(b.n_episodes ?? "")),
+      el("td", {}, (b.created_at || "").replace("T", " ").slice(0, 19)),
+      el("td", {}, toggle),
+    );
+    let detail = null;
+    toggle.addEventListener("click", async () => {
+      if (detail) {
+        detail.remove();
+        detail = null;
+        toggle.setAttribute("aria-expanded", "false");
+        return;
+      }
+      toggle.setAttribute("aria-expanded", "true");
+      detail = el("tr", { class: "detail" }, el("td", { colspan: "5" }, "Loading…"));
+      tr.after(detail);
+      try {
+        const full = await fetchJSON(`/api/batches/${b.id}`);
+        detail.firstChild.replaceChildren(episodeTable(full.episodes || []));
+      } catch (err) {
+        detail.firstChild.textContent = err.describe ? err.describe() : String(err);
+      }
+    });
+    body.append(tr);
+  }
+  $("batches").replaceChildren(el("thead", {}, head), body);
+}
+
+export function episodeTable(eps) {
+  const t = el("table", { class: "data" });
+  t.append(
+    el("thead", {}, el("tr", {}, ["Episode", "Task", "Group", "Reward", "Tokens"].map((h) => el("th", { scope: "col" }, h)))),
+  );
+  const body = el("tbody");
+  for (const e of eps) {
+    body.append(
+      el(
+        "tr",
+        {},
+        el("td", {}, el("a", { href: `/e/${encodeURIComponent(e.slug)}` }, e.slug)),
+        el("td", {}, e.task || "—"),
+        el("td", {}, e.group ?? "—"),
+        el("td", { class: "num" }, fmt(e.reward)),
+        el("td", { class: "num" }, String(e.n_tokens ?? "")),
+      ),
+    );
+  }
+  t.append(body);
+  return t;
+}
+
+$("search").addEventListener("submit", (e) => {
+  e.preventDefault();
+  loadBatches();
+});
+$("source").addEventListener("change", loadBatches);
+
+// ---- upload ----
+const form = $("upload-form");
+const input = $("file");
+const zone = $("dropzone");
+let pending = null;
+
+function fileItem(file) {
+  const item = el(
+    "div",
+    { class: "file-item", dataset: { name: file.name } },
+    el("div", { class: "fname" }, file.name),
+    el("div", { class: "hint" }, `${(file.size / 1024).toFixed(1)} KiB`),
+  );
+  $("files").prepend(item);
+  return item;
+}
+
+async function upload(file) {
+  const item = fileItem(file);
+  const status = el("div", { class: "file-status", role: "status" }, "Uploading…");
+  item.append(status);
+  const fd = new FormData();
+  fd.append("file", file, file.name);
+  if ($("up-name").value.trim()) fd.append("name", $("up-name").value.trim());
+  if ($("up-format").value) fd.append("format", $("up-format").value);
+  const headers = { accept: "application/json" };
+  if ($("up-token").value) headers.authorization = `Bearer ${$("up-token").value}`;
+  try {
+    const r = await fetch("/api/uploads", { method: "POST", body: fd, headers });
+    let body = null;
+    try {
+      body = await r.json();
+    } catch (_) {
+      body = null;
+    }
+    if (!r.ok) throw new ApiError(r.status, body);
+    item.classList.add("good");
+    const n = body.episodes.length;
+    const links = el("div", { class: "file-ok" });
+    links.append(
+      el("div", {}, `Stored ${n} episode${n === 1 ? "" : "s"} in `, el("a", { href: `/b/${body.batch_id}` }, `batch ${body.batch_id}`), ":"),
+    );
+    body.episodes.slice(0, 50).forEach((e, k) =>
+      links.append(el("a", { href: e.url || `/e/${encodeURIComponent(e.slug)}`, class: "episode-link" }, `episode ${k + 1}`)),
+    );
+    if (n > 50) links.append(el("span", {}, `… and ${n - 50} more on the batch page.`));
+    if (body.delete_token) {
+      links.append(el("div", { class: "hint" }, "Delete token (keep it to delete this batch later): ", el("code", {}, body.delete_token)));
+    }
+    status.replaceWith(links);
+    loadBatches();
+  } catch (err) {
+    item.classList.add("bad");
+    const msg = err instanceof ApiError ? err.describe() : `Upload failed: ${err}`;
+    status.replaceWith(el("div", { class: "file-error", role: "alert" }, msg));
+  }
+}
+
+input.addEventListener("change", () => {
+  pending = input.files[0] || null;
+  if (pending) zone.querySelector("strong").textContent = pending.name;
+});
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  const file = pending || input.files[0];
+  if (!file) {
+    $("files").prepend(el("div", { class: "file-item bad" }, el("div", { class: "file-error", role: "alert" }, "Choose a file first.")));
+    return;
+  }
+  upload(file);
+});
+for (const ev of ["dragenter", "dragover"]) {
+  zone.addEventListener(ev, (e) => {
+    e.preventDefault();
+    zone.classList.add("over");
+  });
+}
+for (const ev of ["dragleave", "drop"]) zone.addEventListener(ev, () => zone.classList.remove("over"));
+zone.addEventListener("drop", (e) => {
+  e.preventDefault();
+  const files = [...(e.dataTransfer?.files || [])];
+  // Dropping uploads at once: one batch per file, each with its own result next to its name.
+  files.forEach((f) => upload(f));
+});
+zone.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" || e.key === " ") {
+    e.preventDefault();
+    input.click();
+  }
+});
+zone.setAttribute("tabindex", "0");
+
+if (init.view) {
+  $("q").value = init.view.q || "";
+  $("source").value = init.view.source || "";
+}
+loadBatches();

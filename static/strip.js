@@ -1,0 +1,570 @@
+// Token strips on one <canvas>: one sub-row per scheme, tokens wrapped into lines, only the
+// visible lines drawn (32k-token episodes scroll smoothly). Token text is drawn with fillText,
+// so it is never markup. One floating panel shows the token under the pointer or the cursor.
+import { GRAY, TOOL_GRAY, advColor, el, fmt, inkOn, rgb } from "./util.js";
+
+const FONT_PX = 12;
+const CELL_H = 20;
+const PAD_X = 3;
+const MAX_CHARS = 14;
+const GAP_Y = 8;
+const LABEL_W = 132;
+
+/** Visible form of a token: newline, tab and blank tokens get a glyph. */
+export function displayText(tok) {
+  if (tok === "") return "∅";
+  let s = tok.replace(/\r/g, "␍").replace(/\n/g, "↵").replace(/\t/g, "⇥");
+  if (/^ +$/.test(s)) s = "␣".repeat(Math.min(3, s.length));
+  return s;
+}
+
+/** Maximal runs of tool tokens: [{start, end}] with end exclusive. */
+export function toolSpans(kinds) {
+  const spans = [];
+  for (let i = 0; i < kinds.length; i++) {
+    if (kinds[i] !== "tool") continue;
+    let j = i;
+    while (j < kinds.length && kinds[j] === "tool") j++;
+    spans.push({ start: i, end: j });
+    i = j - 1;
+  }
+  return spans;
+}
+
+/** Naive GAE that steps through every position (the tool-span bug of seed 000 §7.3). [T] */
+export function naiveGae(rewards, values, gamma, lam) {
+  const T = rewards.length;
+  const adv = new Array(T).fill(0);
+  let last = 0;
+  for (let t = T - 1; t >= 0; t--) {
+    const vNext = t + 1 < T ? values[t + 1] ?? 0 : 0;
+    const delta = (rewards[t] ?? 0) + gamma * vNext - (values[t] ?? 0);
+    last = delta + gamma * lam * last;
+    adv[t] = last;
+  }
+  return adv;
+}
+
+export class TokenStrip {
+  /**
+   * container: an element the strip fills. opts.onToggleSpan(start, open), opts.onCursor(i),
+   * opts.maxHeight (CSS px of the scroll viewport).
+   */
+  constructor(container, opts = {}) {
+    this.opts = opts;
+    this.fontPx = opts.fontPx ?? FONT_PX;
+    this.cellH = opts.cellH ?? CELL_H;
+    this.labelW = opts.labelW ?? LABEL_W;
+    this.maxChars = opts.maxChars ?? MAX_CHARS;
+    this.container = container;
+    this.scroller = el("div", { class: "strip-scroller" });
+    this.sizer = el("div", { class: "strip-sizer" });
+    this.canvas = el("canvas", {
+      class: "strip-canvas",
+      tabindex: "0",
+      role: "img",
+      "aria-label": "Token strips. Arrow keys move the cursor token; Enter expands a tool span.",
+    });
+    this.panel = el("div", { class: "hover-panel", role: "status", "aria-live": "polite", hidden: true });
+    this.scroller.append(this.sizer, this.canvas);
+    container.append(this.scroller, this.panel);
+    this.ctx = this.canvas.getContext("2d");
+    this.data = null;
+    this.rows = [];
+    this.open = new Set();
+    this.cursor = null;
+    this.scale = 1;
+    this.hover = null;
+    this._raf = 0;
+    this.scroller.addEventListener("scroll", () => this.requestDraw(), { passive: true });
+    this.canvas.addEventListener("mousemove", (e) => this._onMove(e));
+    this.canvas.addEventListener("mouseleave", () => {
+      this.hover = null;
+      this._showPanel();
+    });
+    this.canvas.addEventListener("click", (e) => this._onClick(e));
+    this.canvas.addEventListener("keydown", (e) => this._onKey(e));
+    this.canvas.addEventListener("focus", () => this._showPanel());
+    this.canvas.addEventListener("blur", () => this._showPanel());
+    this._ro = new ResizeObserver(() => this.relayout());
+    this._ro.observe(container);
+  }
+
+  /**
+   * data: the advantages API answer. rows: [{name, label, advantages: [T]}] top to bottom.
+   * open: Set of expanded tool-span starts. cursor: token index or null. scale: max |adv|.
+   */
+  setData(data, rows, { open = new Set(), cursor = null, scale = null } = {}) {
+    this.data = data;
+    this.rows = rows;
+    this.open = new Set(open);
+    this.cursor = cursor;
+    this.spans = toolSpans(data.kinds);
+    this.spanOf = new Int32Array(data.tokens.length).fill(-1);
+    this.spans.forEach((s, k) => {
+      for (let i = s.start; i < s.end; i++) this.spanOf[i] = k;
+    });
+    this.scale = scale ?? maxAbs(rows, data.kinds);
+    this.relayout();
+  }
+
+  setOpen(open) {
+    this.open = new Set(open);
+    this.relayout();
+  }
+
+  /** Wrap items into lines for the current width. Cost O(T), no DOM work per token. */
+  relayout() {
+    if (!this.data) return;
+    const width = Math.max(320, this.container.clientWidth);
+    const ctx = this.ctx;
+    ctx.font = `${this.fontPx}px ui-monospace, "DejaVu Sans Mono", monospace`;
+    this.charW = ctx.measureText("M").width;
+    const avail = width - this.labelW - 8;
+    const { tokens, kinds } = this.data;
+    const T = tokens.length;
+    const items = []; // {type: "tok"|"span", i (first token), end, x, w, line, text}
+    this.itemOf = new Int32Array(T);
+    const lines = [];
+    let x = 0;
+    let lineStart = 0;
+    const push = (it) => {
+      if (x > 0 && x + it.w > avail) {
+        lines.push({ first: lineStart, last: items.length });
+        lineStart = items.length;
+        x = 0;
+      }
+      it.x = x;
+      it.line = lines.length;
+      x += it.w;
+      items.push(it);
+    };
+    for (let i = 0; i < T; i++) {
+      const k = this.spanOf[i];
+      if (k >= 0 && !this.open.has(this.spans[k].start)) {
+        const s = this.spans[k];
+        const text = `⟨tool: ${s.end - s.start} token${s.end - s.start === 1 ? "" : "s"}⟩`;
+        for (let j = s.start; j < s.end; j++) this.itemOf[j] = items.length;
+        push({ type: "span", i: s.start, end: s.end, w: text.length * this.charW + 2 * PAD_X + 1, text });
+        i = s.end - 1;
+        continue;
+      }
+      let text = displayText(tokens[i]);
+      if (text.length > this.maxChars) text = text.slice(0, this.maxChars - 1) + "…";
+      this.itemOf[i] = items.length;
+      push({ type: "tok", i, end: i + 1, w: Math.max(1, text.length) * this.charW + 2 * PAD_X + 1, text });
+      // Newlines in the text end the line, so code and prose keep their shape.
+      if (tokens[i].endsWith("\n") && kinds[i] !== "tool") {
+        lines.push({ first: lineStart, last: items.length });
+        lineStart = items.length;
+        x = 0;
+      }
+    }
+    if (lineStart < items.length) lines.push({ first: lineStart, last: items.length });
+    this.items = items;
+    this.lines = lines;
+    this.blockH = Math.max(1, this.rows.length) * this.cellH + GAP_Y;
+    const total = lines.length * this.blockH + GAP_Y;
+    this.sizer.style.height = `${total}px`;
+    const maxH = this.opts.maxHeight ?? Math.max(240, Math.round(window.innerHeight * 0.62));
+    this.scroller.style.height = `${Math.min(total, maxH)}px`;
+    this.width = width;
+    this.draw();
+  }
+
+  requestDraw() {
+    if (this._raf) return;
+    this._raf = requestAnimationFrame(() => {
+      this._raf = 0;
+      this.draw();
+    });
+  }
+
+  /** Draw the visible lines into this.canvas (which follows the scroll position). */
+  draw() {
+    if (!this.items) return;
+    const dpr = window.devicePixelRatio || 1;
+    const viewH = this.scroller.clientHeight;
+    const top = this.scroller.scrollTop;
+    const c = this.canvas;
+    if (c.width !== Math.round(this.width * dpr) || c.height !== Math.round(viewH * dpr)) {
+      c.width = Math.round(this.width * dpr);
+      c.height = Math.round(viewH * dpr);
+      c.style.width = `${this.width}px`;
+      c.style.height = `${viewH}px`;
+    }
+    c.style.top = `${top}px`;
+    const ctx = this.ctx;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    this._paint(ctx, top, viewH, this.width);
+    this.container.dataset.drawn = String((Number(this.container.dataset.drawn) || 0) + 1);
+  }
+
+  /** Paint lines intersecting [top, top + h) with y offset -top. Shared by screen and exports. */
+  _paint(ctx, top, h, width) {
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, width, h);
+    ctx.font = `${this.fontPx}px ui-monospace, "DejaVu Sans Mono", monospace`;
+    ctx.textBaseline = "middle";
+    const first = Math.max(0, Math.floor(top / this.blockH));
+    const last = Math.min(this.lines.length - 1, Math.floor((top + h) / this.blockH));
+    const cursorItem = this.cursor !== null && this.cursor < this.itemOf.length ? this.itemOf[this.cursor] : -1;
+    for (let L = first; L <= last; L++) {
+      const line = this.lines[L];
+      const y0 = GAP_Y / 2 + L * this.blockH - top;
+      this.rows.forEach((row, r) => {
+        const y = y0 + r * this.cellH;
+        ctx.fillStyle = "#222";
+        ctx.textAlign = "right";
+        ctx.fillText(clip(row.label, 18), this.labelW - 8, y + this.cellH / 2);
+        ctx.textAlign = "left";
+        for (let k = line.first; k < line.last; k++) {
+          const it = this.items[k];
+          const col = this.cellColor(it, row);
+          const x = this.labelW + it.x;
+          ctx.fillStyle = rgb(col);
+          ctx.fillRect(x, y, it.w - 1, this.cellH - 1);
+          ctx.fillStyle = it.type === "span" ? "#fff" : inkOn(col);
+          ctx.fillText(it.text, x + PAD_X, y + this.cellH / 2);
+        }
+      });
+      if (cursorItem >= line.first && cursorItem < line.last) {
+        const it = this.items[cursorItem];
+        const x = this.labelW + it.x;
+        const hgt = this.rows.length * this.cellH;
+        ctx.lineWidth = 3;
+        ctx.strokeStyle = "#ffbf00";
+        ctx.strokeRect(x - 1.5, y0 - 1.5, it.w + 2, hgt + 2);
+        ctx.lineWidth = 1.5;
+        ctx.strokeStyle = "#000";
+        ctx.strokeRect(x - 0.5, y0 - 0.5, it.w, hgt);
+      }
+    }
+  }
+
+  /** [r, g, b] of an item in a row: gray off-policy (darker for tool spans), else the scale. */
+  cellColor(it, row) {
+    const kind = this.data.kinds[it.i];
+    if (it.type === "span" || kind === "tool") return TOOL_GRAY;
+    if (kind !== "policy") return GRAY;
+    return advColor(row.advantages[it.i], this.scale) ?? GRAY;
+  }
+
+  _itemAt(clientX, clientY) {
+    const rect = this.canvas.getBoundingClientRect();
+    const x = clientX - rect.left - this.labelW;
+    const y = clientY - rect.top + this.scroller.scrollTop - GAP_Y / 2;
+    if (x < 0 || y < 0) return null;
+    const L = Math.floor(y / this.blockH);
+    const r = Math.floor((y - L * this.blockH) / this.cellH);
+    if (L >= this.lines.length || r >= this.rows.length) return null;
+    const line = this.lines[L];
+    let lo = line.first;
+    let hi = line.last - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const it = this.items[mid];
+      if (x < it.x) hi = mid - 1;
+      else if (x >= it.x + it.w) lo = mid + 1;
+      else return { item: mid, row: r };
+    }
+    return null;
+  }
+
+  _onMove(e) {
+    const hit = this._itemAt(e.clientX, e.clientY);
+    this.hover = hit ? { ...hit, clientX: e.clientX, clientY: e.clientY } : null;
+    this.canvas.style.cursor = hit && this.items[hit.item].type === "span" ? "pointer" : "default";
+    this._showPanel();
+  }
+
+  _onClick(e) {
+    const hit = this._itemAt(e.clientX, e.clientY);
+    if (!hit) return;
+    const it = this.items[hit.item];
+    this.setCursor(it.i, { scroll: false });
+    if (it.type === "span") this._toggle(it.i, true);
+    else if (this.data.kinds[it.i] === "tool") this._toggle(this.spans[this.spanOf[it.i]].start, false);
+  }
+
+  _toggle(start, open) {
+    if (open) this.open.add(start);
+    else this.open.delete(start);
+    if (this.opts.onToggleSpan) this.opts.onToggleSpan(start, open, new Set(this.open));
+    this.relayout();
+    if (this.cursor !== null) this.scrollToToken(this.cursor);
+  }
+
+  _onKey(e) {
+    if (!this.items || !this.items.length) return;
+    let k = this.cursor === null ? -1 : this.itemOf[this.cursor];
+    const it = k >= 0 ? this.items[k] : null;
+    switch (e.key) {
+      case "ArrowRight":
+        k = Math.min(this.items.length - 1, k + 1);
+        break;
+      case "ArrowLeft":
+        k = Math.max(0, k - 1);
+        break;
+      case "ArrowDown":
+      case "ArrowUp": {
+        if (!it) {
+          k = 0;
+          break;
+        }
+        const L = it.line + (e.key === "ArrowDown" ? 1 : -1);
+        if (L < 0 || L >= this.lines.length) return;
+        k = this._nearestInLine(L, it.x + it.w / 2);
+        break;
+      }
+      case "Home":
+        k = 0;
+        break;
+      case "End":
+        k = this.items.length - 1;
+        break;
+      case "Enter":
+      case " ":
+        if (!it) return;
+        e.preventDefault();
+        if (it.type === "span") this._toggle(it.i, true);
+        else if (this.data.kinds[it.i] === "tool") this._toggle(this.spans[this.spanOf[it.i]].start, false);
+        return;
+      case "Escape":
+        this.hover = null;
+        this.panel.hidden = true;
+        return;
+      default:
+        return;
+    }
+    e.preventDefault();
+    this.hover = null;
+    this.setCursor(this.items[Math.max(0, k)].i);
+  }
+
+  _nearestInLine(L, cx) {
+    const line = this.lines[L];
+    let best = line.first;
+    let bestD = Infinity;
+    for (let k = line.first; k < line.last; k++) {
+      const it = this.items[k];
+      const d = Math.abs(it.x + it.w / 2 - cx);
+      if (d < bestD) {
+        bestD = d;
+        best = k;
+      }
+    }
+    return best;
+  }
+
+  setCursor(i, { scroll = true } = {}) {
+    this.cursor = i;
+    if (scroll) this.scrollToToken(i);
+    this.draw();
+    this._showPanel();
+    if (this.opts.onCursor) this.opts.onCursor(i);
+  }
+
+  /** Scroll so token i's line is visible. */
+  scrollToToken(i) {
+    if (!this.items || i === null || i >= this.itemOf.length) return;
+    const L = this.items[this.itemOf[i]].line;
+    const y = L * this.blockH;
+    const s = this.scroller;
+    if (y < s.scrollTop || y + this.blockH > s.scrollTop + s.clientHeight) {
+      s.scrollTop = Math.max(0, y - s.clientHeight / 3);
+    }
+    this.draw();
+  }
+
+  /** Client rect of an item's cell in row r (row 0 = top). */
+  _cellRect(k, r = 0) {
+    const it = this.items[k];
+    const rect = this.canvas.getBoundingClientRect();
+    const y = GAP_Y / 2 + it.line * this.blockH + r * this.cellH - this.scroller.scrollTop;
+    return { x: rect.left + this.labelW + it.x, y: rect.top + y, w: it.w - 1, h: this.cellH - 1 };
+  }
+
+  _showPanel() {
+    let k = null;
+    let row = null;
+    let anchor = null;
+    if (this.hover) {
+      k = this.hover.item;
+      row = this.hover.row;
+      anchor = { x: this.hover.clientX, y: this.hover.clientY + 16 };
+    } else if (document.activeElement === this.canvas && this.cursor !== null) {
+      k = this.itemOf[this.cursor];
+      const r = this._cellRect(k, this.rows.length - 1);
+      anchor = { x: r.x, y: r.y + r.h + 6 };
+    }
+    if (k === null || !this.items || !this.items[k]) {
+      this.panel.hidden = true;
+      return;
+    }
+    this.panel.replaceChildren(...this._panelContent(this.items[k], row));
+    this.panel.hidden = false;
+    const pw = this.panel.offsetWidth;
+    const ph = this.panel.offsetHeight;
+    const x = Math.min(anchor.x + 12, window.innerWidth - pw - 8);
+    let y = anchor.y;
+    if (y + ph > window.innerHeight - 8) y = Math.max(8, anchor.y - ph - 40);
+    this.panel.style.left = `${Math.max(8, x)}px`;
+    this.panel.style.top = `${y}px`;
+  }
+
+  _panelContent(it, hoverRow) {
+    const d = this.data;
+    const i = it.i;
+    if (it.type === "span") {
+      const text = d.tokens.slice(it.i, it.end).join("");
+      return [
+        el("div", { class: "hp-title" }, `tool observation: ${it.end - it.i} tokens (${it.i}–${it.end - 1})`),
+        el("pre", { class: "hp-text" }, clip(text, 600)),
+        el("div", { class: "hp-hint" }, "Click or press Enter to expand."),
+      ];
+    }
+    const rows = [
+      ["kind", d.kinds[i]],
+      ["position", String(i)],
+      ["turn", d.turn_ids && d.turn_ids[i] !== null ? String(d.turn_ids[i]) : "—"],
+      ["reward", fmt(d.rewards ? d.rewards[i] : null)],
+      ["value", fmt(d.values ? d.values[i] : null)],
+      ["TD error", fmt(d.td ? d.td[i] : null)],
+    ];
+    const table = el("table", { class: "hp-table" });
+    for (const [k, v] of rows) table.append(el("tr", {}, el("th", {}, k), el("td", {}, v)));
+    this.rows.forEach((row, r) => {
+      const v = row.advantages[i];
+      const col = d.kinds[i] === "policy" ? advColor(v, this.scale) : null;
+      const sw = el("span", { class: "swatch" });
+      if (col) sw.style.background = rgb(col);
+      table.append(
+        el("tr", { class: r === hoverRow ? "hp-hot" : null }, el("th", {}, row.label), el("td", {}, sw, fmt(v))),
+      );
+    });
+    const hint = d.kinds[i] === "tool" ? el("div", { class: "hp-hint" }, "Click to collapse this tool span.") : null;
+    return [el("div", { class: "hp-title" }, JSON.stringify(d.tokens[i])), table, hint];
+  }
+
+  /** Test and export hook: item geometry (client px) and colours per row for token i. */
+  cellAt(i) {
+    if (!this.items || i < 0 || i >= this.itemOf.length) return null;
+    const k = this.itemOf[i];
+    const it = this.items[k];
+    this.scrollToToken(i);
+    const r0 = this._cellRect(k, 0);
+    return {
+      ...r0,
+      type: it.type,
+      start: it.i,
+      end: it.end,
+      text: it.text,
+      line: it.line,
+      rows: this.rows.map((row, r) => ({
+        name: row.name,
+        value: row.advantages[i],
+        color: this.cellColor(it, row),
+        rect: this._cellRect(k, r),
+      })),
+    };
+  }
+
+  /** Pixel [r, g, b, a] actually drawn near the top-left corner of token i's cell in row r. */
+  pixelAt(i, r = 0) {
+    const c = this.cellAt(i);
+    if (!c) return null;
+    const rect = this.canvas.getBoundingClientRect();
+    const cell = c.rows[r].rect;
+    const dpr = window.devicePixelRatio || 1;
+    const px = Math.round((cell.x - rect.left + 1.5) * dpr);
+    const py = Math.round((cell.y - rect.top + 1.5) * dpr);
+    return Array.from(this.ctx.getImageData(px, py, 1, 1).data);
+  }
+
+  /** Lines to export: all of them when the strip is short, else the visible window. */
+  _exportRange(limit = 8000) {
+    const total = this.lines.length * this.blockH + GAP_Y;
+    if (total <= limit) return { top: 0, h: total };
+    return { top: this.scroller.scrollTop, h: this.scroller.clientHeight };
+  }
+
+  /** PNG of the strips (canvas.toBlob). */
+  toPNG() {
+    const { top, h } = this._exportRange();
+    const dpr = 2;
+    const c = document.createElement("canvas");
+    c.width = this.width * dpr;
+    c.height = Math.ceil(h * dpr);
+    const ctx = c.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const savedCursor = this.cursor;
+    this.cursor = null;
+    this._paint(ctx, top, h, this.width);
+    this.cursor = savedCursor;
+    return new Promise((resolve) => c.toBlob(resolve, "image/png"));
+  }
+
+  /** SVG of the strips: rects and <text> nodes built through the DOM, so text is escaped. */
+  toSVG() {
+    const { top, h } = this._exportRange();
+    const NS = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("xmlns", NS);
+    svg.setAttribute("width", String(this.width));
+    svg.setAttribute("height", String(Math.ceil(h)));
+    svg.setAttribute("font-family", "DejaVu Sans Mono, monospace");
+    svg.setAttribute("font-size", String(this.fontPx));
+    const add = (tag, attrs, text) => {
+      const n = document.createElementNS(NS, tag);
+      for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, String(v));
+      if (text !== undefined) n.textContent = text;
+      svg.append(n);
+      return n;
+    };
+    add("rect", { x: 0, y: 0, width: this.width, height: Math.ceil(h), fill: "#fff" });
+    const first = Math.max(0, Math.floor(top / this.blockH));
+    const last = Math.min(this.lines.length - 1, Math.floor((top + h) / this.blockH));
+    for (let L = first; L <= last; L++) {
+      const line = this.lines[L];
+      const y0 = GAP_Y / 2 + L * this.blockH - top;
+      this.rows.forEach((row, r) => {
+        const y = y0 + r * this.cellH;
+        add("text", { x: this.labelW - 8, y: y + this.cellH / 2 + 4, "text-anchor": "end", fill: "#222" }, clip(row.label, 18));
+        for (let k = line.first; k < line.last; k++) {
+          const it = this.items[k];
+          const col = this.cellColor(it, row);
+          const x = this.labelW + it.x;
+          const g = add("rect", { x, y, width: it.w - 1, height: this.cellH - 1, fill: rgb(col) });
+          const v = row.advantages[it.i];
+          if (it.type === "tok" && v !== null && v !== undefined) {
+            const t = document.createElementNS(NS, "title");
+            t.textContent = `${this.data.tokens[it.i]} ${row.name}=${v}`;
+            g.append(t);
+          }
+          add("text", { x: x + PAD_X, y: y + this.cellH / 2 + 4, fill: it.type === "span" ? "#fff" : inkOn(col) }, it.text);
+        }
+      });
+    }
+    return new XMLSerializer().serializeToString(svg);
+  }
+}
+
+/** max |advantage| over policy tokens of all rows (the shared symmetric scale). */
+export function maxAbs(rows, kinds) {
+  let m = 0;
+  for (const row of rows) {
+    const a = row.advantages || [];
+    for (let i = 0; i < a.length; i++) {
+      if (kinds[i] !== "policy") continue;
+      const v = a[i];
+      if (v !== null && Number.isFinite(v) && Math.abs(v) > m) m = Math.abs(v);
+    }
+  }
+  return m;
+}
+
+function clip(s, n) {
+  s = String(s ?? "");
+  return s.length > n ? s.slice(0, n - 1) + "…" : s;
+}

@@ -1,0 +1,156 @@
+// Small shared helpers. Everything that puts data into the DOM goes through el()/text nodes:
+// token, task, meta and file-name text is never parsed as HTML.
+
+/** The page's initial state from <script type="application/json" id="initial-state">. */
+export function readInitial(id = "initial-state") {
+  const node = document.getElementById(id);
+  return node ? JSON.parse(node.textContent) : {};
+}
+
+/** el("td", {class: "num", title: "x"}, "text", otherNode): attributes set with setAttribute. */
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "dataset") Object.assign(node.dataset, v);
+    else if (k.startsWith("on") && typeof v === "function") node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+/** An error from our JSON API: the pinned {"error": {status, code, message, line, episode, field}}. */
+export class ApiError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || {};
+    super(e.message || (body && typeof body.detail === "string" ? body.detail : `HTTP ${status}`));
+    this.status = status;
+    this.code = e.code || null;
+    this.line = e.line ?? null;
+    this.episode = e.episode ?? null;
+    this.field = e.field ?? null;
+  }
+  /** "message (line 3, episode 2, field values)" */
+  describe() {
+    const where = [];
+    if (this.line !== null) where.push(`line ${this.line}`);
+    if (this.episode !== null) where.push(`episode ${this.episode}`);
+    if (this.field !== null) where.push(`field ${this.field}`);
+    return where.length ? `${this.message} (${where.join(", ")})` : this.message;
+  }
+}
+
+export async function fetchJSON(url, init = {}) {
+  const r = await fetch(url, { headers: { accept: "application/json" }, ...init });
+  let body = null;
+  try {
+    body = await r.json();
+  } catch (_) {
+    body = null;
+  }
+  if (!r.ok) throw new ApiError(r.status, body);
+  return body;
+}
+
+/** A number for humans: 3 significant decimals, "—" for null. */
+export function fmt(x, digits = 3) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "—";
+  if (typeof x !== "number") return String(x);
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  if (a >= 1000 || a < 1e-3) return x.toExponential(2);
+  return x.toFixed(digits);
+}
+
+/** Same short form as app/web/state.py's _fmt (Python's "%.6g"): 0.95 -> "0.95", 1 -> "1". */
+export function qnum(x) {
+  return String(Number(Number(x).toPrecision(6)));
+}
+
+export function download(blob, filename) {
+  const url = URL.createObjectURL(blob);
+  const a = el("a", { href: url, download: filename });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+/** CSV cell: quoted when needed; a leading = + - @ is neutralised so spreadsheets show text. */
+export function csvCell(v, isText = false) {
+  if (v === null || v === undefined) return "";
+  let s = String(v);
+  if (isText && /^[=+\-@\t\r]/.test(s)) s = "'" + s;
+  return /[",\n\r]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+}
+
+/** Copy text; falls back to showing it selected in `field` (a readonly input). */
+export async function copyText(text, field, status) {
+  if (field) {
+    field.value = text;
+    field.hidden = false;
+  }
+  try {
+    await navigator.clipboard.writeText(text);
+    if (status) status.textContent = "Link copied.";
+    return true;
+  } catch (_) {
+    if (field) {
+      field.focus();
+      field.select();
+    }
+    if (status) status.textContent = "Copy the link from the field (Ctrl+C).";
+    return false;
+  }
+}
+
+export function debounce(fn, ms) {
+  let t = null;
+  return (...args) => {
+    clearTimeout(t);
+    t = setTimeout(() => fn(...args), ms);
+  };
+}
+
+/** Colour of an advantage on the shared symmetric scale: blue +, red -, white 0. */
+export const POS = [33, 102, 172];
+export const NEG = [178, 24, 43];
+export const GRAY = [196, 196, 196];
+export const TOOL_GRAY = [150, 150, 150];
+
+export function advColor(a, scale) {
+  if (a === null || a === undefined || !Number.isFinite(a)) return null;
+  const t = scale > 0 ? Math.min(1, Math.abs(a) / scale) : 0;
+  const end = a >= 0 ? POS : NEG;
+  return end.map((c) => Math.round(255 + (c - 255) * t));
+}
+
+export function rgb(c) {
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+
+/** Text colour with enough contrast on background c. */
+export function inkOn(c) {
+  const lum = 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+  return lum < 140 ? "#fff" : "#111";
+}
+
+/** Plotly config shared by every figure: local only, PNG + an extra SVG download button. */
+export function plotlyConfig(name) {
+  return {
+    responsive: true,
+    displaylogo: false,
+    toImageButtonOptions: { format: "png", filename: name, scale: 2 },
+    modeBarButtonsToAdd: [
+      {
+        name: "Download as SVG",
+        icon: window.Plotly.Icons.disk,
+        click: (gd) => window.Plotly.downloadImage(gd, { format: "svg", filename: name }),
+      },
+    ],
+  };
+}
