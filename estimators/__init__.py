@@ -31,6 +31,13 @@ from .token import (
     turn_gae,
     turn_spans,
 )
+from .verl_family import (
+    optimal_token_baseline,
+    reinforce_plus_plus,
+    reinforce_plus_plus_baseline,
+    remax,
+    tir_optimal_token_baseline,
+)
 
 __all__ = [
     "EstimatorInput",
@@ -54,6 +61,11 @@ __all__ = [
     "masked_var",
     "nstep_returns",
     "opo",
+    "optimal_token_baseline",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "remax",
+    "tir_optimal_token_baseline",
     "outcome_rewards",
     "packed_gae",
     "per_turn_mean",

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from . import groups as G
 from . import token as T
-from . import verl_family as V  # noqa: F401  (filled in next)
+from . import verl_family as V
 from .registry import EstimatorInput, EstimatorOutput, register
 from .stats import whiten
 
@@ -204,3 +204,126 @@ def _gcbs(
 ) -> EstimatorOutput:
     adv = G.group_center_batch_scale(_scores(inp, score), inp.groups, scale_of=scale_of, std=std, eps=eps)
     return _broadcast(inp, adv)
+
+
+# ---- the rest of verl 0.9.1's registry ------------------------------------------------------
+
+
+@register(
+    "reinforce_plus_plus",
+    label="REINFORCE++",
+    description="Discounted returns-to-go, whitened over all policy tokens of the batch (no groups).",
+    kind="token",
+    verl_name="reinforce_plus_plus",
+)
+def _rfpp(inp: EstimatorInput) -> EstimatorOutput:
+    a, g = V.reinforce_plus_plus(inp.rewards, inp.mask, inp.gamma)
+    return EstimatorOutput(advantages=a, value_targets=g)
+
+
+@register(
+    "reinforce_plus_plus_baseline",
+    label="REINFORCE++ (group baseline)",
+    description="Score minus group mean, then whitened over all policy tokens of the batch.",
+    kind="outcome",
+    params=dict(_SCORE),
+    verl_name="reinforce_plus_plus_baseline",
+)
+def _rfpp_baseline(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
+    a = V.reinforce_plus_plus_baseline(_scores(inp, score), inp.mask, inp.groups)
+    return EstimatorOutput(advantages=a.to(_dtype(inp)))
+
+
+@register(
+    "remax",
+    label="ReMax",
+    description="Undiscounted return-to-go minus the greedy response's reward (inp.reward_baselines; 0 if absent).",
+    kind="token",
+    verl_name="remax",
+)
+def _remax(inp: EstimatorInput) -> EstimatorOutput:
+    b = inp.reward_baselines
+    if b is None:
+        b = torch.zeros(inp.rewards.shape[0], dtype=_dtype(inp))
+    a, g = V.remax(inp.rewards, inp.mask, b)
+    return EstimatorOutput(advantages=a, value_targets=g)
+
+
+@register(
+    "opo",
+    label="OPO",
+    description="Score minus the length-weighted mean score of its group.",
+    kind="outcome",
+    params=dict(_SCORE),
+    verl_name="opo",
+)
+def _opo(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
+    return _broadcast(inp, G.opo(_scores(inp, score), inp.groups, _mask(inp).sum(1)))
+
+
+@register(
+    "gpg",
+    label="GPG",
+    description="Score minus group mean, scaled by B / (number of rows with a nonzero score).",
+    kind="outcome",
+    params={"f_norm": 1.0, **_SCORE},
+    verl_name="gpg",
+)
+def _gpg(inp: EstimatorInput, f_norm: float = 1.0, score: str = "masked") -> EstimatorOutput:
+    return _broadcast(inp, G.gpg(_scores(inp, score), inp.groups, f_norm=f_norm))
+
+
+@register(
+    "grpo_passk",
+    label="GRPO pass@k",
+    description="Only the best attempt of each group gets credit: best minus second best (over the group std).",
+    kind="outcome",
+    params={"norm": True, "eps": 1e-6, **_SCORE},
+    verl_name="grpo_passk",
+)
+def _passk(
+    inp: EstimatorInput, norm: bool = True, eps: float = 1e-6, score: str = "masked"
+) -> EstimatorOutput:
+    return _broadcast(inp, G.grpo_passk(_scores(inp, score), inp.groups, norm=norm, eps=eps))
+
+
+def _otb_inputs(inp: EstimatorInput) -> tuple[Tensor, Tensor]:
+    if inp.logprobs is None:
+        raise ValueError("the optimal token baseline needs logprobs")
+    spp = inp.sum_pi_squared
+    if spp is None:
+        # Without the vocabulary sum, pi^2 of the chosen token is its lower bound.
+        spp = torch.exp(2 * inp.logprobs)
+    return inp.logprobs, spp
+
+
+@register(
+    "optimal_token_baseline",
+    label="optimal token baseline",
+    description="Return-to-go minus a per-position group baseline weighted by cumulative path variance.",
+    kind="token",
+    params={"handle_zero_tail": True},
+    verl_name="optimal_token_baseline",
+)
+def _otb(inp: EstimatorInput, handle_zero_tail: bool = True) -> EstimatorOutput:
+    lp, spp = _otb_inputs(inp)
+    a, g = V.optimal_token_baseline(
+        inp.rewards, inp.mask, inp.groups, lp, spp, handle_zero_tail=handle_zero_tail
+    )
+    return EstimatorOutput(advantages=a, value_targets=g)
+
+
+@register(
+    "tir_optimal_token_baseline",
+    label="optimal token baseline (multi-turn)",
+    description="Optimal token baseline aligned by policy-token ordinal, so tool spans do not misalign the group.",
+    kind="token",
+    params={"handle_zero_tail": True},
+    verl_name="tir_optimal_token_baseline",
+)
+def _tir(inp: EstimatorInput, handle_zero_tail: bool = True) -> EstimatorOutput:
+    lp, spp = _otb_inputs(inp)
+    a, g = V.tir_optimal_token_baseline(
+        inp.rewards, inp.mask, inp.groups, lp, spp, handle_zero_tail=handle_zero_tail
+    )
+    return EstimatorOutput(advantages=a, value_targets=g)

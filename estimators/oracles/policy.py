@@ -73,45 +73,45 @@ class EpisodeBatch:
     length: Tensor
 
 
-def _categorical(p: Tensor, u: Tensor) -> Tensor:
-    """Inverse-CDF draw per row: p [N, K] rows summing to 1, u [N] uniform -> [N] long."""
-    cdf = p.cumsum(-1)
-    idx = (u.unsqueeze(-1) >= cdf).sum(-1)
-    # Rounding can leave cdf[-1] a hair under u; clamp onto the last outcome with mass.
-    return idx.clamp(max=p.shape[-1] - 1)
+def _draw(cdf: Tensor, u: Tensor) -> Tensor:
+    """Inverse-CDF draw per row: cdf [N, K] (last column ~1), u [N] uniform -> [N] long."""
+    # Rounding can leave cdf[-1] a hair under u; clamp onto the last column.
+    return (u.unsqueeze(-1) >= cdf).sum(-1).clamp(max=cdf.shape[-1] - 1)
 
 
 def sample_episodes(dense: DenseMDP, pi: Tensor, n: int, seed: int = 0) -> EpisodeBatch:
     """Sample ``n`` episodes at once (one Python loop over the <= H steps, none over episodes).
 
-    pi: [H, S, A] policy probabilities. Returns an :class:`EpisodeBatch` with T = H.
+    pi: [H, S, A] policy probabilities. Returns an :class:`EpisodeBatch` with T = H. Each step
+    draws (action, outcome) jointly from pi(a|s) p(k|s,a), one uniform per live episode.
     """
-    H = dense.horizon
+    H, S, A, K = dense.prob.shape
     g = torch.Generator().manual_seed(int(seed))
-    pi = pi.detach().to(torch.float64)
     # Zero the mass a float softmax may leave on unavailable actions, so they are never drawn.
-    pi = pi * dense.avail
+    pi = pi.detach().to(torch.float64) * dense.avail
+    joint_cdf = (pi.unsqueeze(-1) * dense.prob).reshape(H, S, A * K).cumsum(-1)
+    flat_next = dense.next.reshape(H, S, A * K)
+    flat_reward = dense.reward.reshape(H, S, A * K)
+    flat_term = dense.terminal.reshape(H, S, A * K)
+    flat_success = dense.success.reshape(H, S, A * K)
+    u = torch.rand(H + 1, n, generator=g, dtype=torch.float64)
     states = torch.zeros(n, H, dtype=torch.long)
     actions = torch.zeros(n, H, dtype=torch.long)
     rewards = torch.zeros(n, H, dtype=torch.float64)
     mask = torch.zeros(n, H, dtype=torch.float64)
     success = torch.zeros(n, dtype=torch.bool)
     alive = torch.ones(n, dtype=torch.bool)
-    s = _categorical(dense.start.expand(n, -1), torch.rand(n, generator=g, dtype=torch.float64))
+    s = _draw(dense.start.cumsum(0).expand(n, -1), u[H])
     for t in range(H):
-        u_a = torch.rand(n, generator=g, dtype=torch.float64)
-        u_o = torch.rand(n, generator=g, dtype=torch.float64)
-        a = _categorical(pi[t, s], u_a)
-        k = _categorical(dense.prob[t, s, a], u_o)
-        r = dense.reward[t, s, a, k]
-        term = dense.terminal[t, s, a, k]
-        states[:, t] = torch.where(alive, s, 0)
-        actions[:, t] = torch.where(alive, a, 0)
-        rewards[:, t] = torch.where(alive, r, 0.0)
-        mask[:, t] = alive.to(torch.float64)
-        success |= alive & dense.success[t, s, a, k]
-        alive = alive & ~term
-        s = torch.where(alive, dense.next[t, s, a, k], 0)
+        j = _draw(joint_cdf[t][s], u[t])
+        live = alive.to(torch.float64)
+        states[:, t] = s * alive
+        actions[:, t] = torch.div(j, K, rounding_mode="floor") * alive
+        rewards[:, t] = flat_reward[t][s, j] * live
+        mask[:, t] = live
+        success |= alive & flat_success[t][s, j]
+        alive = alive & ~flat_term[t][s, j]
+        s = flat_next[t][s, j] * alive
     length = mask.sum(-1).to(torch.long)
     return EpisodeBatch(states, actions, rewards, mask, success, truncated=alive, length=length)
 
@@ -133,4 +133,4 @@ def score_vectors(batch: EpisodeBatch, pi: Tensor) -> Tensor:
 
 def episode_gradients(advantages: Tensor, scores: Tensor) -> Tensor:
     """Per-episode policy-gradient estimates g_i = sum_t A_hat[i, t] * score[i, t]: [B, T] x [B, T, P] -> [B, P]."""
-    return torch.einsum("bt,btp->bp", advantages.to(torch.float64), scores)
+    return (advantages.to(scores.dtype).unsqueeze(-1) * scores).sum(1)
