@@ -23,6 +23,15 @@ except ImportError:  # pragma: no cover
     _loads = json.loads
 
 
+def loads(raw: bytes | str) -> Any:
+    """orjson speed; the stdlib parser for what orjson refuses but Python tools write (NaN,
+    Infinity), so those reach validation and get a `not_finite` error naming the field."""
+    try:
+        return _loads(raw)
+    except ValueError:
+        return json.loads(raw)
+
+
 @dataclass
 class Parsed:
     """What every format's ``parse`` returns: native episodes and the file line of each (or None)."""
@@ -86,7 +95,7 @@ def looks_like_jsonl(data: bytes) -> bool:
     if first in (b"[", b"{"):
         return False
     try:
-        _loads(first)
+        loads(first)
         return True
     except ValueError:
         # A truncated first line in the 1 MiB prefix: decide on its first character.
@@ -103,7 +112,7 @@ def read_records(data: bytes) -> list[Record]:
         out = []
         for n, (line, raw) in enumerate(split_lines(data), start=1):
             try:
-                out.append(Record(line, n, _loads(raw)))
+                out.append(Record(line, n, loads(raw)))
             except ValueError as e:
                 raise _bad_json(line, e) from None
         return out
@@ -127,8 +136,8 @@ def first_object(data: bytes) -> Any:
     """The first record of a JSON/JSONL upload without parsing the rest (for format detection), or None."""
     try:
         if looks_like_jsonl(data):
-            return _loads(split_lines(data[: 1 << 22])[0][1])
-        doc = _loads(data)
+            return loads(split_lines(data[: 1 << 22])[0][1])
+        doc = loads(data)
     except (ValueError, IndexError):
         return None
     if isinstance(doc, dict) and isinstance(doc.get("episodes"), list):

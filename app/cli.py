@@ -1,0 +1,226 @@
+"""The ``creditlens`` command: serve, upload, compute.
+
+creditlens serve [--host 127.0.0.1] [--port 8000] [--db PATH_OR_URL] [--demo] [--workers N]
+creditlens upload FILE [--server URL] [--format auto] [--name NAME] [--token TOKEN]
+creditlens compute FILE --scheme outcome,token_gae [--gamma 1] [--lam 0.95] [--baseline rloo]
+                   [--critic upload] [--format auto] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _db_url(db: str) -> str:
+    """A database URL from ``--db``: a URL as is, a file path as a SQLite URL."""
+    if "://" in db:
+        return db
+    return f"sqlite:///{Path(db).expanduser().resolve()}"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    if args.db:
+        os.environ["CREDITLENS_DATABASE_URL"] = _db_url(args.db)
+    if args.demo:
+        os.environ["CREDITLENS_DEMO"] = "true"
+    from .settings import Settings
+
+    try:
+        settings = Settings()  # validate now: a bad setting stops here with a clear message
+    except Exception as e:
+        print(f"creditlens: invalid settings: {e}", file=sys.stderr)
+        return 2
+    host_shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    print(
+        f"creditlens: serving on http://{host_shown}:{args.port}/  "
+        f"(database: {settings.database_url}, demo data: {'on' if settings.demo else 'off'})",
+        flush=True,
+    )
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+    )
+    return 0
+
+
+def _chunks(path: Path, bar, size: int = 1 << 20):
+    with path.open("rb") as f:
+        while chunk := f.read(size):
+            bar.update(len(chunk))
+            yield chunk
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    import httpx
+    from tqdm import tqdm
+
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"creditlens upload: no such file: {path}", file=sys.stderr)
+        return 2
+    total = path.stat().st_size
+    headers = {"Content-Type": "application/octet-stream", "Content-Length": str(total)}
+    token = args.token or os.environ.get("CREDITLENS_WRITE_TOKEN")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    params = {"name": args.name or path.name}
+    if args.format and args.format != "auto":
+        params["format"] = args.format
+    url = args.server.rstrip("/") + "/api/uploads"
+    # The bar shows bytes sent; small files skip it.
+    with tqdm(
+        total=total, unit="B", unit_scale=True, desc=path.name, disable=total < (1 << 20) or args.quiet
+    ) as bar:
+        try:
+            r = httpx.post(url, content=_chunks(path, bar), headers=headers, params=params, timeout=600)
+        except httpx.HTTPError as e:
+            print(f"creditlens upload: could not reach {url}: {e}", file=sys.stderr)
+            return 1
+    try:
+        body = r.json()
+    except ValueError:
+        body = {"error": {"message": r.text[:500]}}
+    if r.status_code != 201:
+        print(
+            f"creditlens upload: {r.status_code}: {body.get('error', {}).get('message', body)}",
+            file=sys.stderr,
+        )
+        return 1
+    base = args.server.rstrip("/")
+    n = len(body["episodes"])
+    print(f"stored batch {body['batch_id']} with {n} episode(s): {base}/b/{body['batch_id']}")
+    for e in body["episodes"][:5]:
+        print(f"  {base}{e['url']}")
+    if n > 5:
+        print(f"  ... and {n - 5} more")
+    print(f"delete token (shown once): {body['delete_token']}")
+    if args.json:
+        print(json.dumps(body))
+    return 0
+
+
+def compute_file(
+    data: bytes,
+    *,
+    fmt: str | None,
+    schemes: list[str],
+    gamma: float,
+    lam: float,
+    baseline: str,
+    critic: str,
+    filename: str | None = None,
+) -> list[dict]:
+    """Offline: every episode of an upload file -> its advantages payload. The file is one batch."""
+    import numpy as np
+
+    from .compute import BatchContext, episode_advantages
+    from .ingest import parse_upload
+    from .store import arrays_from_native, prepare_episode
+
+    parsed = parse_upload(data, fmt=fmt, filename=filename)
+    for i, ep in enumerate(parsed.episodes):
+        prepare_episode(ep, episode=i + 1, line=parsed.lines[i])  # same validation as the server
+    arrays = [arrays_from_native(ep) for ep in parsed.episodes]
+    groups = [a.group for a in arrays]
+    scores = np.array([a.score for a in arrays])
+    out = []
+    for i, a in enumerate(arrays):
+        ctx = BatchContext(groups=groups, scores=scores, index=i, _arrays=arrays)
+        payload = episode_advantages(
+            a, ctx, schemes=schemes, gamma=gamma, lam=lam, baseline=baseline, critic=critic
+        )
+        payload["episode_index"] = i + 1
+        out.append(payload)
+    return out
+
+
+def cmd_compute(args: argparse.Namespace) -> int:
+    from .errors import ApiError
+
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"creditlens compute: no such file: {path}", file=sys.stderr)
+        return 2
+    try:
+        payloads = compute_file(
+            path.read_bytes(),
+            fmt=args.format,
+            schemes=args.scheme or [],
+            gamma=args.gamma,
+            lam=args.lam,
+            baseline=args.baseline,
+            critic=args.critic,
+            filename=path.name,
+        )
+    except ApiError as e:
+        print(f"creditlens compute: {e.message}", file=sys.stderr)
+        return 1
+    from .api._json import dumps
+
+    text = b"\n".join(dumps(p) for p in payloads) + b"\n"
+    if args.out:
+        Path(args.out).write_bytes(text)
+        print(f"wrote {len(payloads)} episode(s) to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="creditlens", description="See which tokens got the credit.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("serve", help="run the web service")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument(
+        "--db",
+        help="SQLite file path or database URL (default: CREDITLENS_DATABASE_URL or data/creditlens.db)",
+    )
+    s.add_argument("--demo", action="store_true", help="load fixtures/demo/*.jsonl into an empty database")
+    s.add_argument("--workers", type=int, default=1)
+    s.add_argument("--log-level", default="info")
+    s.set_defaults(fn=cmd_serve)
+
+    u = sub.add_parser("upload", help="upload a file of episodes to a running server")
+    u.add_argument("file")
+    u.add_argument("--server", default=os.environ.get("CREDITLENS_SERVER", "http://127.0.0.1:8000"))
+    u.add_argument("--format", default="auto", help="auto or a format name (see GET /api/formats)")
+    u.add_argument("--name", help="batch name (default: the file name)")
+    u.add_argument("--token", help="write token (default: $CREDITLENS_WRITE_TOKEN)")
+    u.add_argument("--json", action="store_true", help="also print the server's JSON answer")
+    u.add_argument("--quiet", action="store_true", help="no progress bar")
+    u.set_defaults(fn=cmd_upload)
+
+    c = sub.add_parser("compute", help="compute advantages offline (no server), as JSONL")
+    c.add_argument("file")
+    c.add_argument(
+        "--scheme", action="append", help="repeat or comma-separate (default outcome,token_gae,turn_gae)"
+    )
+    c.add_argument("--gamma", type=float, default=1.0)
+    c.add_argument("--lam", type=float, default=0.95)
+    c.add_argument("--baseline", default="rloo")
+    c.add_argument("--critic", default="upload", choices=["upload", "zero"])
+    c.add_argument("--format", default="auto")
+    c.add_argument("--out", help="write JSONL here instead of stdout")
+    c.set_defaults(fn=cmd_compute)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
