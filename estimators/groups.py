@@ -16,7 +16,7 @@ has the estimator):
 estimator                      singleton                     verl 0.9.1
 =============================  ============================  =======================================
 group_mean                     0 (s - s)                     (not in verl)
-grpo                           s / (1 + eps)                 same (grpo, grpo_vectorized)
+grpo                           s / (1 + eps) [#]_            same (grpo, grpo_vectorized)
 dr_grpo                        s                             same (grpo with norm off)
 rloo                           s (``singleton="score"``)     rloo: s; rloo_vectorized: 0 (``"zero"``)
 batch_whiten                   (no groups)                   (not in verl as an outcome estimator)
@@ -24,6 +24,8 @@ group_center_batch_scale       s / batch scale               (not in verl)
 opo, gpg                       baseline 0, so s (gpg: x α)   same
 grpo_passk                     ValueError                    same
 =============================  ============================  =======================================
+
+.. [#] ``1 + eps`` rounded to float32, as verl computes it (1.00000095 for eps = 1e-6).
 
 Epsilons: grpo adds ``eps=1e-6`` to the std (verl); batch_whiten and group_center_batch_scale add
 ``eps=1e-6`` to the std as well; :func:`estimators.stats.whiten` adds 1e-8 to the variance (verl).
@@ -155,8 +157,11 @@ def grpo(scores: Tensor, groups=None, std: str = "sample", eps: float = 1e-6, no
     centered = torch.where(single, s, st.centered)
     if not norm:
         return _like(centered, scores)
-    sd = torch.where(single, torch.ones_like(s), st.std(std))
-    return _like(centered / (sd + eps), scores)
+    # verl evaluates a singleton's ``std + eps`` as float32 ``1 + 1e-6`` = 1.00000095; we round
+    # the same way so singleton rows match verl to the last bit.
+    one_eps = float(torch.tensor(1.0, dtype=torch.float32) + eps)
+    denom = torch.where(single, torch.full_like(s, one_eps), st.std(std) + eps)
+    return _like(centered / denom, scores)
 
 
 def dr_grpo(scores: Tensor, groups=None) -> Tensor:

@@ -10,24 +10,30 @@ from ._scan import as_bool_mask
 __all__ = ["masked_mean", "masked_var", "whiten", "explained_variance"]
 
 
+def _count(mask: Tensor) -> Tensor:
+    # verl divides by ``mask.sum() + 1e-8``: for an integer or bool mask that sum is an integer
+    # tensor, so the denominator (and the Bessel factor N/(N-1)) is computed in torch's default
+    # float dtype (float32, where the 1e-8 vanishes). We reproduce that rounding on purpose.
+    return (mask if mask.dtype != torch.bool else mask.long()).sum()
+
+
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Scalar mean of ``x`` over ``mask != 0`` (NaN/inf off-mask are harmless); verl's +1e-8 in
-    the denominator is kept so results match verl bit for bit in float64."""
+    """Scalar mean of ``x`` over ``mask != 0`` (NaN/inf off-mask are harmless), with verl's
+    denominator ``mask.sum() + 1e-8`` (computed as verl does, see ``_count``)."""
     m = as_bool_mask(mask)
-    w = m.to(x.dtype)
-    return torch.where(m, x, 0).sum() / (w.sum() + 1e-8)
+    return torch.where(m, x, 0).sum() / (_count(mask) + 1e-8)
 
 
 def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
     """Scalar variance of ``x`` over the mask; ``unbiased`` multiplies by N/(N-1) (verl).
     ValueError for N < 2 when unbiased (as verl)."""
     m = as_bool_mask(mask)
-    mean = masked_mean(x, m)
-    var = masked_mean(torch.where(m, x - mean, 0) ** 2, m)
+    mean = masked_mean(x, mask)
+    var = masked_mean(torch.where(m, x - mean, 0) ** 2, mask)
     if unbiased:
-        n = int(m.sum().item())
-        if n < 2:
-            raise ValueError(f"unbiased variance needs at least 2 masked entries, got {n}")
+        n = _count(mask)
+        if int(m.sum().item()) < 2:
+            raise ValueError(f"unbiased variance needs at least 2 masked entries, got {int(m.sum().item())}")
         var = var * (n / (n - 1))
     return var
 
