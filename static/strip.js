@@ -470,14 +470,15 @@ export class TokenStrip {
     };
   }
 
-  /** Pixel [r, g, b, a] actually drawn near the top-left corner of token i's cell in row r. */
+  /** Pixel [r, g, b, a] actually drawn at the top middle of token i's cell in row r (clear of
+   * the text and of a neighbour's cursor outline). */
   pixelAt(i, r = 0) {
     const c = this.cellAt(i);
     if (!c) return null;
     const rect = this.canvas.getBoundingClientRect();
     const cell = c.rows[r].rect;
     const dpr = window.devicePixelRatio || 1;
-    const px = Math.round((cell.x - rect.left + 1.5) * dpr);
+    const px = Math.round((cell.x - rect.left + cell.w / 2) * dpr);
     const py = Math.round((cell.y - rect.top + 1.5) * dpr);
     return Array.from(this.ctx.getImageData(px, py, 1, 1).data);
   }

@@ -66,8 +66,11 @@ async function showStrip() {
   }
   const rows = d.schemes.map((s) => ({ name: s.name, label: s.label || s.name, advantages: s.advantages }));
   let naiveNote = null;
-  if (view.naive && d.values) {
-    const naive = naiveGae(d.rewards, d.values, view.gamma, view.lam);
+  if (view.naive) {
+    // The API nulls values off-policy; the naive recursion needs the raw (garbage) tool values.
+    const raw = await fetchJSON(`/api/episodes/${encodeURIComponent(ep.slug)}`);
+    const values = raw.values || d.tokens.map(() => 0);
+    const naive = naiveGae(d.rewards, values, view.gamma, view.lam);
     rows.push({ name: "naive", label: "naive (bug)", advantages: naive.map((v, i) => (d.kinds[i] === "policy" ? v : null)) });
     const masked = rows[0].advantages;
     const ends = d.turns.map((t) => t.end - 1);

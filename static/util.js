@@ -60,7 +60,7 @@ export async function fetchJSON(url, init = {}) {
 export function fmt(x, digits = 3) {
   if (x === null || x === undefined || Number.isNaN(x)) return "—";
   if (typeof x !== "number") return String(x);
-  if (x === 0) return "0";
+  if (Math.abs(x) < 5e-10) return "0"; // float noise such as 1.1e-16 is a zero
   const a = Math.abs(x);
   if (a >= 1000 || a < 1e-3) return x.toExponential(2);
   return x.toFixed(digits);

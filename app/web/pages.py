@@ -90,7 +90,8 @@ async def episode_page(request: Request, slug: str) -> Response:
         "critics": list(st.CRITICS),
         "defaults": st.EpisodeView().to_dict(),
     }
-    return render(request, "episode.html", {"initial": initial, "slug": slug, "view": view})
+    nums = {"gamma": st.fmt_num(view.gamma), "lam": st.fmt_num(view.lam)}
+    return render(request, "episode.html", {"initial": initial, "slug": slug, "view": view, "nums": nums})
 
 
 @router.get("/b/{batch_id}", response_class=HTMLResponse)

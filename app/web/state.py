@@ -91,7 +91,7 @@ def _int_list(raw: str | None) -> list[int]:
     return sorted(set(out))
 
 
-def _fmt(x: float) -> str:
+def fmt_num(x: float) -> str:
     # 0.95 -> "0.95", 1.0 -> "1": stable, short URLs that compare equal after a round trip.
     return f"{x:.6g}"
 
@@ -141,8 +141,8 @@ class EpisodeView:
         """The canonical query string (same key order as static/episode.js)."""
         pairs = [
             ("scheme", ",".join(self.schemes)),
-            ("gamma", _fmt(self.gamma)),
-            ("lam", _fmt(self.lam)),
+            ("gamma", fmt_num(self.gamma)),
+            ("lam", fmt_num(self.lam)),
             ("baseline", self.baseline),
             ("critic", self.critic),
         ]
@@ -155,8 +155,8 @@ class EpisodeView:
     def api_query(self) -> str:
         pairs = [
             ("scheme", ",".join(self.schemes)),
-            ("gamma", _fmt(self.gamma)),
-            ("lam", _fmt(self.lam)),
+            ("gamma", fmt_num(self.gamma)),
+            ("lam", fmt_num(self.lam)),
             ("baseline", self.baseline),
             ("critic", self.critic),
         ]

@@ -1,0 +1,209 @@
+"""Episode page in a real browser: upload from the form -> episode -> change λ -> copy link ->
+the link reopens the same view; colours; tool spans; keyboard; XSS; a 32k-token episode."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import browser_data as data
+import pytest
+from browser_util import shot, upload, wait_ready
+
+pytestmark = pytest.mark.browser
+
+# Seed 000 §7.3's hand-built row, λ = 0, γ = 1: token-level GAE is the masked TD error
+# δ_i = r_i + V(next policy position) − V_i (V = 0 after the end), with
+# V = [0.5, 0.4, ·, ·, ·, 0.6, 0.7, ·, ·, 0.8] and r = [0, −0.1, ·, ·, ·, 0, −0.1, ·, ·, −0.1 + 1]:
+TD_HANDBUILT = {
+    0: 0.0 + 0.4 - 0.5,  # −0.1: the negative token
+    1: -0.1 + 0.6 - 0.4,  # 0.1: bootstraps from position 5, not the 9 at position 2
+    5: 0.0 + 0.7 - 0.6,  # 0.1
+    6: -0.1 + 0.8 - 0.7,  # 0.0
+    9: 0.9 - 0.8,  # 0.1
+}
+
+
+def strip_numbers(page) -> dict:
+    """Every shown row's advantages as the page holds them."""
+    return page.evaluate(
+        "() => ({rows: window.__strip.rows.map(r => [r.name, r.advantages]),"
+        " query: document.getElementById('strip').dataset.query})"
+    )
+
+
+def test_upload_form_to_episode_change_lambda_copy_link_reopens_same_view(page, tmp_path):
+    # A group of two attempts so the outcome row has something to compare.
+    second = {**data.handbuilt(), "reward": 0.0}
+    f = tmp_path / "two attempts.jsonl"
+    f.write_text(data.jsonl([{**data.handbuilt(), "group": "g"}, {**second, "group": "g"}]))
+    page.goto("/")
+    page.set_input_files("#file", str(f))
+    page.fill("#up-name", "flow")
+    page.click("#upload-btn")
+    page.wait_for_selector(".file-item.good a.episode-link")
+    assert page.text_content(".file-item .fname") == "two attempts.jsonl"
+    shot(page, "home-after-upload")
+
+    page.click(".file-item.good a.episode-link >> nth=0")
+    wait_ready(page)
+    assert page.evaluate("window.__strip.rows.map(r => r.name)") == ["outcome", "token_gae", "turn_gae"]
+    # RLOO with G = 2: A = r_i − r_other. Scores: 1 − 0.3 = 0.7 and 0 − 0.3 = −0.3 -> +1.0.
+    assert page.evaluate("window.__strip.cellAt(1).rows[0].value") == pytest.approx(1.0, abs=1e-6)
+
+    page.fill("#lam-num", "0")
+    page.dispatch_event("#lam-num", "change")
+    page.wait_for_function("() => document.getElementById('strip').dataset.query.includes('lam=0&')")
+    wait_ready(page)
+    assert "lam=0&" in page.url
+    assert page.input_value("#lam-range") == "0"
+    for i, want in TD_HANDBUILT.items():
+        got = page.evaluate(f"window.__strip.cellAt({i}).rows[1].value")
+        assert got == pytest.approx(want, abs=1e-6), i
+    # The hover panel shows the numbers for the token under the pointer.
+    cell = page.evaluate("window.__strip.cellAt(1)")
+    page.mouse.move(cell["x"] + 4, cell["y"] + 4)
+    panel = page.locator(".hover-panel")
+    panel.wait_for(state="visible")
+    text = panel.text_content()
+    assert '"</call>"' in text and "TD error" in text and "0.100" in text
+    shot(page, "episode-lam0-hover")
+    before = strip_numbers(page)
+
+    page.click("#copy-link")
+    page.wait_for_function("() => document.getElementById('copy-status').textContent.length > 0")
+    link = page.input_value("#link-field")
+    assert link == page.url
+    assert page.evaluate("navigator.clipboard.readText()") == link
+
+    other = page.context.new_page()
+    other.goto(link)
+    wait_ready(other)
+    assert other.input_value("#lam-num") == "0"
+    assert other.input_value("#gamma-num") == "1"
+    assert other.input_value("#baseline") == "rloo"
+    assert strip_numbers(other) == before
+    shot(other, "episode-reopened-link")
+    assert not page.probe.errors and not page.probe.csp_violations()
+
+
+@pytest.fixture(scope="module")
+def handbuilt_slug(server) -> str:
+    return upload(server, "handbuilt-colours", [data.handbuilt()])["episodes"][0]["slug"]
+
+
+def test_colour_of_known_positive_and_negative_tokens(page, handbuilt_slug):
+    page.goto(f"/e/{handbuilt_slug}?scheme=token_gae&lam=0")
+    wait_ready(page)
+    # Shared scale = max |adv| = 0.1, so ±0.1 are full blue / full red, 0 is white.
+    assert page.text_content("#legend-max") == "+0.100"
+    pos = page.evaluate("window.__strip.pixelAt(1, 0)")
+    neg = page.evaluate("window.__strip.pixelAt(0, 0)")
+    zero = page.evaluate("window.__strip.pixelAt(6, 0)")
+    assert pos[:3] == pytest.approx([33, 102, 172], abs=3)
+    assert neg[:3] == pytest.approx([178, 24, 43], abs=3)
+    assert zero[:3] == pytest.approx([255, 255, 255], abs=3)
+    shot(page, "episode-colours")
+
+
+def test_tool_cells_gray_collapsed_and_expand_on_click(page, handbuilt_slug):
+    page.goto(f"/e/{handbuilt_slug}?scheme=token_gae&lam=0")
+    wait_ready(page)
+    cell = page.evaluate("window.__strip.cellAt(3)")
+    assert cell["type"] == "span" and (cell["start"], cell["end"]) == (2, 5)
+    assert "tool: 3 tokens" in cell["text"]
+    assert page.evaluate("window.__strip.pixelAt(3, 0)")[:3] == [150, 150, 150]
+    # Both tool spans are one cell each: 5 policy cells + 2 tool cells.
+    assert page.evaluate("window.__strip.items.length") == 7
+
+    page.mouse.click(cell["x"] + 5, cell["y"] + 5)
+    page.wait_for_function("() => window.__strip.cellAt(3).type === 'tok'")
+    assert "open=2" in page.url
+    assert page.evaluate("window.__strip.items.length") == 9  # 5 policy + 3 tool + 1 span
+    assert page.evaluate("window.__strip.pixelAt(3, 0)")[:3] == [150, 150, 150]
+    shot(page, "episode-tool-expanded")
+
+    # The expanded state is in the URL: reopening shows it expanded; clicking a tool token collapses.
+    page.goto(page.url)
+    wait_ready(page)
+    assert page.evaluate("window.__strip.cellAt(4).type") == "tok"
+    c4 = page.evaluate("window.__strip.cellAt(4)")
+    page.mouse.click(c4["x"] + 3, c4["y"] + 5)
+    page.wait_for_function("() => window.__strip.cellAt(4).type === 'span'")
+    assert "open=" not in page.url
+
+
+def test_keyboard_cursor_moves_and_shows_panel(page, handbuilt_slug):
+    page.goto(f"/e/{handbuilt_slug}?scheme=returns,token_gae&lam=1")
+    wait_ready(page)
+    page.focus(".strip-canvas")
+    page.keyboard.press("ArrowRight")
+    assert "tok=0" in page.url
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")  # the collapsed span counts as one step
+    page.keyboard.press("ArrowRight")
+    assert "tok=5" in page.url
+    panel = page.locator(".hover-panel")
+    assert panel.is_visible()
+    # Returns-to-go at position 5 with γ = 1: −0.1 + 0.9 = 0.8.
+    assert '"edit"' in panel.text_content() and "0.800" in panel.text_content()
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("Enter")  # expands the span under the cursor
+    page.wait_for_function("() => window.__strip.items.length === 9")
+    shot(page, "episode-keyboard")
+
+
+def test_xss_tokens_are_text_and_never_run(page, tmp_path):
+    f = tmp_path / "x<img src=x onerror=alert(3)>.jsonl"
+    f.write_text(data.jsonl([data.xss_episode()]))
+    page.goto("/")
+    page.set_input_files("#file", str(f))
+    page.click("#upload-btn")
+    page.wait_for_selector(".file-item.good a.episode-link")
+    assert page.text_content(".file-item .fname") == f.name
+    page.click(".file-item.good a.episode-link")
+    wait_ready(page)
+    assert page.text_content("#ep-task") == "<b>bold</b><script>alert(2)</script>"
+    for i, tok in [(2, "<script>alert(1)</script>"), (3, '"onmouseover=alert(1)')]:
+        cell = page.evaluate(f"window.__strip.cellAt({i})")
+        page.mouse.move(cell["x"] + 5, cell["y"] + 5)
+        page.wait_for_timeout(50)
+        assert json.dumps(tok) in page.text_content(".hover-panel")
+    assert "<script>alert(1)</script>" in page.text_content("#calls")
+    # Only our own module scripts exist, nothing from the data became an element or ran.
+    assert page.evaluate("document.querySelectorAll('img, b').length") == 0
+    assert (
+        page.evaluate(
+            "[...document.scripts].filter(s => s.src === '' && s.type !== 'application/json').length"
+        )
+        == 0
+    )
+    shot(page, "episode-xss")
+    assert page.probe.dialogs == []
+    assert not page.probe.errors
+
+
+def test_32k_token_episode_opens_within_2s_and_scrolls(page, server):
+    slug = upload(server, "long", [data.long_episode(32_768)])["episodes"][0]["slug"]
+    t0 = time.perf_counter()
+    page.goto(f"/e/{slug}")
+    wait_ready(page, timeout=30_000)
+    elapsed = time.perf_counter() - t0
+    print(f"32k-token episode: navigation -> data-ready in {elapsed:.2f} s")
+    assert elapsed < 2.0
+    assert page.evaluate("window.__strip.data.n_tokens") == 32_768
+    # Virtualised: the canvas is one viewport tall, not the whole strip.
+    sizes = page.evaluate(
+        "({canvas: window.__strip.canvas.clientHeight, total: window.__strip.sizer.clientHeight,"
+        " nodes: document.getElementsByTagName('*').length})"
+    )
+    assert sizes["total"] > 20 * sizes["canvas"]
+    assert sizes["nodes"] < 2000  # no per-token DOM
+    # Scrolling to the end draws the last token.
+    page.evaluate("window.__strip.scroller.scrollTop = 1e9")
+    page.wait_for_timeout(100)
+    last = page.evaluate("window.__strip.cellAt(32767)")
+    box = page.evaluate("window.__strip.canvas.getBoundingClientRect().toJSON()")
+    assert box["top"] <= last["y"] <= box["bottom"]
+    assert page.evaluate("window.__strip.pixelAt(32767, 0)")[:3] != [255, 255, 255]
+    shot(page, "episode-32k")
