@@ -1,0 +1,109 @@
+"""Query-parameter specs for the lab figures: parse, validate and canonicalise.
+
+Every figure's whole state is its query string. :func:`parse` turns the raw query into a canonical
+dict (defaults filled, numbers normalised) whose sorted JSON is the cache key; a bad value raises
+:class:`LabParamError`, which the routes turn into the project's 4xx error shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class LabParamError(ValueError):
+    """A rejected query parameter: ``field`` names it, ``code`` is machine-readable."""
+
+    def __init__(self, field: str | None, message: str, code: str = "invalid_param", status: int = 422):
+        super().__init__(message)
+        self.field = field
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Param:
+    """One query parameter. kind: int | float | floats (comma-separated list) | choice | ints."""
+
+    name: str
+    kind: str
+    default: Any
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] = ()
+    max_items: int = 64
+    help: str = ""
+
+    def parse(self, raw: str) -> Any:
+        raw = raw.strip()
+        if self.kind == "choice":
+            if raw not in self.choices:
+                raise LabParamError(
+                    self.name, f"{self.name} must be one of {', '.join(self.choices)}, not {raw!r}"
+                )
+            return raw
+        if self.kind in ("floats", "ints"):
+            parts = [p for p in raw.split(",") if p.strip()]
+            if not parts:
+                raise LabParamError(self.name, f"{self.name} needs at least one number")
+            if len(parts) > self.max_items:
+                raise LabParamError(
+                    self.name, f"{self.name} takes at most {self.max_items} values, got {len(parts)}"
+                )
+            one = Param(self.name, self.kind[:-1], None, self.lo, self.hi)
+            return [one.parse(p) for p in parts]
+        if self.kind == "int":
+            try:
+                value: Any = int(raw)
+            except ValueError:
+                raise LabParamError(self.name, f"{self.name} must be an integer, not {raw!r}") from None
+        else:
+            try:
+                value = float(raw)
+            except ValueError:
+                raise LabParamError(self.name, f"{self.name} must be a number, not {raw!r}") from None
+            if not math.isfinite(value):
+                raise LabParamError(self.name, f"{self.name} must be finite, not {raw!r}")
+            value = value + 0.0  # -0.0 -> 0.0 so equal values share a cache key
+        if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
+            raise LabParamError(
+                self.name, f"{self.name} must lie in [{_fmt(self.lo)}, {_fmt(self.hi)}], not {raw}"
+            )
+        return value
+
+
+def _fmt(x: float | None) -> str:
+    return "-inf" if x is None else (str(int(x)) if float(x).is_integer() else str(x))
+
+
+# Keys that select a representation, not a result; they never reach the cache key.
+RESERVED = {"format"}
+
+
+def parse(specs: Mapping[str, Param], query: Mapping[str, str] | list[tuple[str, str]]) -> dict:
+    """Canonical parameters from a raw query: unknown names and repeated names are errors."""
+    items = list(query.items()) if isinstance(query, Mapping) else list(query)
+    seen: dict[str, str] = {}
+    for key, raw in items:
+        if key in RESERVED:
+            continue
+        if key not in specs:
+            raise LabParamError(
+                key, f"unknown parameter {key!r}; this figure takes {', '.join(specs)}", code="unknown_param"
+            )
+        if key in seen:
+            raise LabParamError(key, f"parameter {key!r} given more than once", code="repeated_param")
+        seen[key] = raw
+    out = {}
+    for name, spec in specs.items():
+        out[name] = spec.parse(seen[name]) if name in seen and seen[name].strip() != "" else spec.default
+    return out
+
+
+def canonical_json(params: Mapping[str, Any]) -> str:
+    """Sorted, compact JSON: equal parameters give the same string (the cache key)."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
