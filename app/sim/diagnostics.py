@@ -1,7 +1,7 @@
 """Batch diagnostics for sampled (or any meta.calls-annotated) episodes.
 
-- zero_variance_share: the share of episodes whose group's scores are all equal (so every group
-  baseline gives them zero advantage).
+- zero_variance_share: the share of episodes whose group (of two or more) has all-equal scores (so
+  every group baseline gives them zero advantage).
 - useless_credit_share: of the positive outcome credit (RLOO advantage, summed over each call's
   policy tokens) that successful episodes hand out, the share landing on calls that neither fixed
   the bug nor submitted (seed 000 section 7.7 measured 30% on its base agent).
@@ -100,7 +100,7 @@ def sim_diagnostics(episodes: list[Any]) -> dict:
     zero_groups = []
     for g, idx in members.items():
         s = {round(float(scores[i]), 9) for i in idx}
-        if len(s) == 1:
+        if len(idx) > 1 and len(s) == 1:  # a group of one has no spread to speak of
             zero_groups.append({"group": g, "n": len(idx), "all": "pass" if scores[idx[0]] > 0.5 else "fail"})
     zero_share = sum(z["n"] for z in zero_groups) / n
 
