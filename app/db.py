@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, SQLModel, create_engine
+from sqlmodel import Session, create_engine
 
 
 def make_engine(url: str) -> Engine:
@@ -33,12 +33,17 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
-def init_db(engine: Engine) -> None:
-    """Create every table (all model modules must be imported here)."""
+def import_models() -> None:
+    """Import every module that defines tables, so SQLModel.metadata knows them all."""
     from . import models  # noqa: F401
     from .lab import models as lab_models  # noqa: F401
 
-    SQLModel.metadata.create_all(engine)
+
+def init_db(engine: Engine) -> None:
+    """Bring the schema to the newest migration (Alembic; see app/migrate.py)."""
+    from .migrate import upgrade
+
+    upgrade(engine)
 
 
 def get_session(request: Request) -> Iterator[Session]:
