@@ -1,0 +1,253 @@
+"""The lab's HTTP surface on the real app with a temp SQLite file: cache, CSV, errors, oracle, pages."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from app.main import create_app
+from app.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    db = tmp_path_factory.mktemp("lab") / "lab.db"
+    with TestClient(create_app(Settings(database_url=f"sqlite:///{db}"))) as c:
+        yield c
+
+
+def cache_rows(client, figure: str) -> int:
+    with client.app.state.engine.connect() as conn:
+        return conn.execute(
+            text("SELECT COUNT(*) FROM lab_result WHERE figure = :f"), {"f": figure}
+        ).scalar_one()
+
+
+def assert_error(r, status: int, field: str | None, code: str | None = None):
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"}
+    err = body["error"]
+    assert set(err) == {"status", "code", "message", "line", "episode", "field"}
+    assert err["status"] == status and err["field"] == field
+    assert err["line"] is None and err["episode"] is None
+    assert isinstance(err["message"], str) and len(err["message"]) > 10
+    if code:
+        assert err["code"] == code
+
+
+# ---- cache ---------------------------------------------------------------------------------------
+
+
+def test_second_request_is_a_cache_hit(client):
+    url = "/api/lab/difficulty?G=6&p_target=0.2"
+    before = cache_rows(client, "difficulty")
+    r1 = client.get(url)
+    assert r1.status_code == 200 and r1.headers["x-lab-cache"] == "miss" and r1.json()["cached"] is False
+    assert cache_rows(client, "difficulty") == before + 1
+    # Same parameters in another order, with a default spelled out: the same canonical key.
+    r2 = client.get("/api/lab/difficulty?p_target=0.20&eps=1e-6&G=6")
+    assert r2.headers["x-lab-cache"] == "hit" and r2.json()["cached"] is True
+    assert cache_rows(client, "difficulty") == before + 1
+    strip = lambda d: {k: v for k, v in d.items() if k != "cached"}  # noqa: E731
+    assert strip(r1.json()) == strip(r2.json())
+    # A different parameter is a different row.
+    assert client.get("/api/lab/difficulty?G=7").headers["x-lab-cache"] == "miss"
+
+
+def test_cache_survives_in_the_database(client):
+    client.get("/api/lab/horizon?max_turns=20")
+    with client.app.state.engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT params_json, result_json FROM lab_result WHERE figure = 'horizon' AND params_json LIKE :pat"
+            ),
+            {"pat": '%"max_turns":20,%'},
+        ).one()
+    params = json.loads(row.params_json)
+    assert params["max_turns"] == 20 and params["gamma"] == 1.0 and "_v" in params
+    assert json.loads(row.result_json)["turns"][-1] == 20
+
+
+def test_lambda_default_sweep_and_cache(client):
+    r = client.get("/api/lab/lambda")
+    assert r.status_code == 200
+    body = r.json()
+    assert [s["critic"] for s in body["series"]] == ["exact", "stale", "none"]
+    assert [p["lam"] for p in body["series"][0]["points"]] == [0.0, 0.5, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0]
+    assert client.get("/api/lab/lambda?lams=0,0.5,0.8,0.9,0.95,0.97,0.99,1").headers["x-lab-cache"] == "hit"
+
+
+# ---- CSV twins -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "figure,query,columns,n_rows",
+    [
+        (
+            "difficulty",
+            "points=9",
+            {"p", "expected_abs_plain", "expected_abs_normalised", "ratio", "zero_variance"},
+            9,
+        ),
+        ("horizon", "lams=0.95&max_turns=10&max_tokens=100", {"unit", "lam", "distance", "weight"}, None),
+        (
+            "recovery",
+            "batch=200&verl=off",
+            {"name", "credit_bad", "credit_recover", "both_positive", "rmse"},
+            10,
+        ),
+        ("oracle", "env=recovery", {"t", "state", "action", "V", "Q", "A", "V_exact"}, 8),
+    ],
+)
+def test_csv_twin(client, figure, query, columns, n_rows):
+    r = client.get(f"/api/lab/{figure}?{query}&format=csv")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(r.text)))
+    assert columns <= set(rows[0])
+    if n_rows is not None:
+        assert len(rows) == n_rows
+    # The CSV carries the same numbers as the JSON.
+    js = client.get(f"/api/lab/{figure}?{query}").json()
+    if figure == "difficulty":
+        assert float(rows[4]["ratio"]) == pytest.approx(js["curve"][4]["ratio"])
+        assert float(rows[4]["p"]) == 0.5
+    if figure == "recovery":
+        assert rows[0]["name"] == "oracle_advantage" and float(rows[0]["credit_bad"]) == -0.25
+
+
+def test_lambda_csv(client):
+    rows = list(csv.DictReader(io.StringIO(client.get("/api/lab/lambda?format=csv").text)))
+    assert len(rows) == 24 and {r["critic"] for r in rows} == {"exact", "stale", "none"}
+    assert {"lam", "rel_bias", "variance", "noise_floor"} <= set(rows[0])
+
+
+# ---- errors --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url,field,code",
+    [
+        ("/api/lab/lambda?lams=0,1.5", "lams", "invalid_param"),
+        ("/api/lab/lambda?lams=0,nan", "lams", "invalid_param"),
+        ("/api/lab/lambda?episodes=ten", "episodes", "invalid_param"),
+        ("/api/lab/lambda?episodes=5", "episodes", "invalid_param"),
+        ("/api/lab/lambda?lam=0.9", "lam", "unknown_param"),
+        ("/api/lab/lambda?seed=1&seed=2", "seed", "repeated_param"),
+        ("/api/lab/difficulty?G=1", "G", "invalid_param"),
+        ("/api/lab/difficulty?std=biased", "std", "invalid_param"),
+        ("/api/lab/horizon?gamma=inf", "gamma", "invalid_param"),
+        ("/api/lab/recovery?q=1.2", "q", "invalid_param"),
+        ("/api/lab/recovery?batch=-3", "batch", "invalid_param"),
+        ("/api/lab/oracle?env=moon", "env", "invalid_param"),
+        ("/api/lab/oracle?env=horizon&p_stop=2", "p_stop", "invalid_param"),
+        ("/api/lab/difficulty?format=xml", "format", "invalid_param"),
+        ("/api/lab/lambda?horizon=1&cost=0&logit_scale=0", "logit_scale", "invalid_param"),
+    ],
+)
+def test_invalid_parameters_answer_in_the_error_shape(client, url, field, code):
+    assert_error(client.get(url), 422, field, code)
+
+
+def test_unknown_lab_page_is_404(client):
+    assert_error(client.get("/lab/nope"), 404, None, "not_found")
+
+
+# ---- the oracle endpoint ---------------------------------------------------------------------------
+
+
+def _row(body, t, s, a):
+    return next(r for r in body["rows"] if (r["t"], r["state"], r["action"]) == (t, s, a))
+
+
+def test_oracle_repair_uniform_exact(client):
+    b = client.get("/api/lab/oracle?env=repair").json()
+    assert b["exact_fractions"] is True
+    assert b["J_exact"] == "7/4860" and b["J"] == pytest.approx(7 / 4860)
+    assert b["expected_length_exact"] == "211/81" and b["expected_length"] == pytest.approx(211 / 81)
+    assert b["p_success_exact"] == "32/243"
+    assert len(b["rows"]) == 5 * 3 * 3
+    # Submitting from `fixed` at the last step pays 0.95: Q = 19/20.
+    assert _row(b, 4, "fixed", "submit")["Q_exact"] == "19/20"
+    assert _row(b, 0, "located", "read")["reachable"] is False
+    assert _row(b, 0, "fresh", "read")["visitation"] == 1.0
+
+
+def test_oracle_recovery_closed_forms(client):
+    b = client.get("/api/lab/oracle?env=recovery&q=0.5").json()
+    # V0 = 1/2 + q/4 = 5/8; A(BAD) = q/4 - 1/2 = -3/8; A(RECOVER) = q/2 = 1/4.
+    assert _row(b, 0, "s0", "BAD")["A_exact"] == "-3/8"
+    assert _row(b, 0, "s0", "GOOD")["V_exact"] == "5/8"
+    assert _row(b, 1, "mistake", "RECOVER")["A_exact"] == "1/4"
+    assert b["J_exact"] == "5/8"
+
+
+def test_oracle_delayed_and_horizon(client):
+    b = client.get("/api/lab/oracle?env=delayed&horizon=4&k=3").json()
+    assert _row(b, 0, "s0", "GOOD")["A_exact"] == "3/10" and _row(b, 0, "s0", "GOOD")["A"] == pytest.approx(
+        0.3
+    )
+    assert {r["A_exact"] for r in b["rows"] if r["action"].startswith("D") and r["reachable"]} == {"0"}
+    assert b["expected_length_exact"] == "4"
+    h = client.get("/api/lab/oracle?env=horizon&p_stop=0.5").json()
+    assert _row(h, 0, "s", "STOP")["V"] == 0.8125 and _row(h, 0, "s", "STOP")["V_exact"] == "13/16"
+
+
+def test_oracle_softmax_policy_gives_floats_only(client):
+    b = client.get("/api/lab/oracle?env=repair&logit_seed=3&logit_scale=1").json()
+    assert b["exact_fractions"] is False and b["J_exact"] is None
+    row = _row(b, 0, "fresh", "read")
+    assert row["V_exact"] is None and isinstance(row["V"], float)
+    probs = [r["pi"] for r in b["rows"] if r["t"] == 0 and r["state"] == "fresh"]
+    assert sum(probs) == pytest.approx(1.0) and max(probs) - min(probs) > 0.05
+
+
+# ---- pages and the vendored Plotly ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("figure", ["lambda", "difficulty", "horizon", "recovery"])
+def test_pages_render_without_inline_scripts(client, figure):
+    r = client.get(f"/lab/{figure}?seed=3" if figure in ("lambda", "recovery") else f"/lab/{figure}")
+    assert r.status_code == 200
+    html = r.text
+    assert "/vendor/plotly.min.js" in html and "/static/lab.js" in html
+    # Every <script> is external or inert JSON: CSP script-src 'self' holds.
+    for tag in re.findall(r"<script[^>]*>", html):
+        assert "src=" in tag or 'type="application/json"' in tag, tag
+    state = json.loads(
+        re.search(r'<script type="application/json" id="lab-state">(.*?)</script>', html, re.S).group(1)
+    )
+    assert state["figure"] == figure and state["api"].startswith(f"/api/lab/{figure}")
+    assert state["csv"].endswith("format=csv")
+    if figure == "lambda":
+        assert state["api"] == "/api/lab/lambda?seed=3" and state["params"]["seed"] == 3
+        assert 'name="lams" type="text" value="0,0.5,0.8,0.9,0.95,0.97,0.99,1"' in html
+
+
+def test_page_with_bad_params_shows_the_error(client):
+    r = client.get("/lab/recovery?q=5")
+    assert r.status_code == 422
+    assert "q must lie in [0, 1]" in r.text and 'aria-invalid="true"' in r.text
+
+
+def test_lab_index_links_every_figure(client):
+    html = client.get("/lab").text
+    for fig in ("lambda", "difficulty", "horizon", "recovery"):
+        assert f'href="/lab/{fig}"' in html and f'href="/api/lab/{fig}?format=csv"' in html
+
+
+def test_vendored_plotly(client):
+    r = client.get("/vendor/plotly.min.js")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/javascript")
+    assert "max-age=31536000" in r.headers["cache-control"]
+    assert len(r.content) > 1_000_000 and b"plotly" in r.content[:2000].lower()
+    etag = r.headers["etag"]
+    assert client.get("/vendor/plotly.min.js", headers={"If-None-Match": etag}).status_code == 304
