@@ -35,7 +35,8 @@ class Layout:
     m:      [B, T] bool policy mask.
     idx:    [B, T] long; a policy token's compressed column, the dummy column ``W - 1`` elsewhere.
     counts: [B] long number of policy tokens per row (columns ``[0, counts)`` hold data).
-    width:  W; a multiple of :data:`CHUNK`, with at least two zero columns after the longest row.
+    width:  W; a multiple of :data:`CHUNK` with at least two zero columns after the longest row
+            (so W is about the longest row's policy-token count, not T).
     """
 
     m: Tensor
@@ -67,11 +68,21 @@ def compress(mask: Tensor, extra: int = 1) -> Layout:
         raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
     m = as_bool_mask(mask)
     B, T = m.shape
-    pos = torch.cumsum(m, 1, dtype=torch.int64)
+    # cumsum over an integer tensor is much faster than over bool on CPU; an int64 0/1 mask
+    # (verl's dtype) is used as is.
+    src = mask if mask.dtype == torch.int64 and _is_binary_hint(mask) else m.to(torch.int64)
+    pos = torch.cumsum(src, 1)
     counts = pos[:, -1].clone() if T > 0 else torch.zeros(B, dtype=torch.int64, device=m.device)
-    width = _roundup(T + extra + 1, CHUNK)
+    longest = int(counts.max().item()) if B and T else 0
+    # Only as wide as the longest row (not T): tool spans make this much narrower.
+    width = _roundup(longest + extra + 1, CHUNK)
     pos.sub_(1).masked_fill_(~m, width - 1)
     return Layout(m=m, idx=pos, counts=counts, width=width)
+
+
+def _is_binary_hint(mask: Tensor) -> bool:
+    """An int64 mask can feed cumsum directly only if it is 0/1 (min and max: no allocation)."""
+    return mask.numel() == 0 or (int(mask.min()) >= 0 and int(mask.max()) <= 1)
 
 
 @lru_cache(maxsize=256)

@@ -166,9 +166,10 @@ def test_all_equal_and_singleton_groups():
     # All-equal group (label 5): exactly 0 everywhere (0.1 * 3 / 3 != 0.1 in floating point).
     for fn in (group_mean, grpo, rloo):
         assert fn(s, groups)[:3].tolist() == [0.0, 0.0, 0.0]
-    # Singleton (label 9): group_mean 0; grpo s / (1 + 1e-6) (verl); rloo keeps s, or 0.
+    # Singleton (label 9): group_mean 0; grpo s / (1 + 1e-6) with 1 + 1e-6 rounded to float32 as
+    # verl does (1.0000009536743164); rloo keeps s, or 0.
     assert group_mean(s, groups)[3].item() == 0.0
-    assert grpo(s, groups)[3].item() == pytest.approx(0.7 / (1 + 1e-6), abs=1e-15)
+    assert grpo(s, groups)[3].item() == pytest.approx(0.7 / 1.0000009536743164, abs=1e-15)
     assert rloo(s, groups)[3].item() == 0.7
     assert rloo(s, groups, singleton="zero")[3].item() == 0.0
     # Pair (label 1): sample std sqrt(0.5) = 0.7071; (2 - 2.5) / 0.7071 = -0.7071.
