@@ -30,18 +30,31 @@ def _dtype(inp: EstimatorInput) -> torch.dtype:
     return inp.rewards.dtype if inp.rewards.is_floating_point() else torch.get_default_dtype()
 
 
-def _scores(inp: EstimatorInput, score: str) -> Tensor:
+def _float_mask(inp: EstimatorInput) -> Tensor:
+    """A fresh [B, T] 0/1 copy of the mask in the rewards' dtype (callers may write into it)."""
+    mk = inp.mask
+    return (mk if mk.dtype == torch.bool else mk != 0).to(_dtype(inp))
+
+
+def _scores(inp: EstimatorInput, score: str, mf: Tensor | None = None) -> Tensor:
+    """[B] episode scores: the sum of rewards on policy positions ("masked", the default; the same
+    as ``inp.scores``) or over the whole row as verl does ("unmasked")."""
     if score == "masked":
-        return inp.scores
+        if mf is None:
+            return inp.scores
+        # A batched dot product reads rewards and mask once and writes nothing of size [B, T].
+        return torch.bmm(inp.rewards.to(mf.dtype).unsqueeze(1), mf.unsqueeze(2)).reshape(-1)
     if score == "unmasked":
         return inp.rewards.sum(-1)
     raise ValueError(f"score must be 'masked' or 'unmasked', got {score!r}")
 
 
-def _broadcast(inp: EstimatorInput, adv: Tensor, **extras) -> EstimatorOutput:
-    m = _mask(inp)
-    a = adv.to(_dtype(inp))
-    return EstimatorOutput(advantages=a[:, None] * m.to(a.dtype), extras={"episode_advantages": a, **extras})
+def _outcome(inp: EstimatorInput, fn, score: str, **extras) -> EstimatorOutput:
+    """Per-episode advantages ``fn(scores) -> [B]`` broadcast onto the policy tokens."""
+    mf = _float_mask(inp)
+    adv = fn(_scores(inp, score, mf)).to(mf.dtype)
+    mf.mul_(adv[:, None])  # reuse the mask copy as the output: one pass
+    return EstimatorOutput(advantages=mf, extras={"episode_advantages": adv, **extras})
 
 
 # ---- token / turn schemes -------------------------------------------------------------------
@@ -134,7 +147,7 @@ _SCORE = {"score": "masked"}
     params=dict(_SCORE),
 )
 def _group_mean(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
-    return _broadcast(inp, G.group_mean(_scores(inp, score), inp.groups))
+    return _outcome(inp, lambda s: G.group_mean(s, inp.groups), score)
 
 
 @register(
@@ -148,7 +161,7 @@ def _group_mean(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
 def _grpo(
     inp: EstimatorInput, std: str = "sample", eps: float = 1e-6, score: str = "masked"
 ) -> EstimatorOutput:
-    return _broadcast(inp, G.grpo(_scores(inp, score), inp.groups, std=std, eps=eps))
+    return _outcome(inp, lambda s: G.grpo(s, inp.groups, std=std, eps=eps), score)
 
 
 @register(
@@ -160,7 +173,7 @@ def _grpo(
     verl_name="grpo (norm_adv_by_std_in_grpo=False)",
 )
 def _dr_grpo(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
-    return _broadcast(inp, G.dr_grpo(_scores(inp, score), inp.groups))
+    return _outcome(inp, lambda s: G.dr_grpo(s, inp.groups), score)
 
 
 @register(
@@ -172,7 +185,7 @@ def _dr_grpo(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
     verl_name="rloo",
 )
 def _rloo(inp: EstimatorInput, singleton: str = "score", score: str = "masked") -> EstimatorOutput:
-    return _broadcast(inp, G.rloo(_scores(inp, score), inp.groups, singleton=singleton))
+    return _outcome(inp, lambda s: G.rloo(s, inp.groups, singleton=singleton), score)
 
 
 @register(
@@ -185,7 +198,7 @@ def _rloo(inp: EstimatorInput, singleton: str = "score", score: str = "masked") 
 def _batch_whiten(
     inp: EstimatorInput, std: str = "sample", eps: float = 1e-6, score: str = "masked"
 ) -> EstimatorOutput:
-    return _broadcast(inp, G.batch_whiten(_scores(inp, score), None, std=std, eps=eps))
+    return _outcome(inp, lambda s: G.batch_whiten(s, None, std=std, eps=eps), score)
 
 
 @register(
@@ -202,8 +215,9 @@ def _gcbs(
     eps: float = 1e-6,
     score: str = "masked",
 ) -> EstimatorOutput:
-    adv = G.group_center_batch_scale(_scores(inp, score), inp.groups, scale_of=scale_of, std=std, eps=eps)
-    return _broadcast(inp, adv)
+    return _outcome(
+        inp, lambda s: G.group_center_batch_scale(s, inp.groups, scale_of=scale_of, std=std, eps=eps), score
+    )
 
 
 # ---- the rest of verl 0.9.1's registry ------------------------------------------------------
@@ -230,7 +244,7 @@ def _rfpp(inp: EstimatorInput) -> EstimatorOutput:
     verl_name="reinforce_plus_plus_baseline",
 )
 def _rfpp_baseline(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
-    a = V.reinforce_plus_plus_baseline(_scores(inp, score), inp.mask, inp.groups)
+    a = V.reinforce_plus_plus_baseline(_scores(inp, score, _float_mask(inp)), inp.mask, inp.groups)
     return EstimatorOutput(advantages=a.to(_dtype(inp)))
 
 
@@ -258,7 +272,7 @@ def _remax(inp: EstimatorInput) -> EstimatorOutput:
     verl_name="opo",
 )
 def _opo(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
-    return _broadcast(inp, G.opo(_scores(inp, score), inp.groups, _mask(inp).sum(1)))
+    return _outcome(inp, lambda s: G.opo(s, inp.groups, _mask(inp).sum(1)), score)
 
 
 @register(
@@ -270,7 +284,7 @@ def _opo(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
     verl_name="gpg",
 )
 def _gpg(inp: EstimatorInput, f_norm: float = 1.0, score: str = "masked") -> EstimatorOutput:
-    return _broadcast(inp, G.gpg(_scores(inp, score), inp.groups, f_norm=f_norm))
+    return _outcome(inp, lambda s: G.gpg(s, inp.groups, f_norm=f_norm), score)
 
 
 @register(
@@ -284,7 +298,7 @@ def _gpg(inp: EstimatorInput, f_norm: float = 1.0, score: str = "masked") -> Est
 def _passk(
     inp: EstimatorInput, norm: bool = True, eps: float = 1e-6, score: str = "masked"
 ) -> EstimatorOutput:
-    return _broadcast(inp, G.grpo_passk(_scores(inp, score), inp.groups, norm=norm, eps=eps))
+    return _outcome(inp, lambda s: G.grpo_passk(s, inp.groups, norm=norm, eps=eps), score)
 
 
 def _otb_inputs(inp: EstimatorInput) -> tuple[Tensor, Tensor]:
