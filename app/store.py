@@ -93,6 +93,11 @@ class EpisodeArrays:
         return float(self.rewards[self.policy].sum())
 
 
+def kind_codes(kinds: list[str]) -> np.ndarray:
+    """[T] uint8 codes of validated kind names (a C-level map: no per-token Python bytecode)."""
+    return np.frombuffer(bytes(map(KIND_CODES.__getitem__, kinds)), dtype=np.uint8)
+
+
 def new_slug() -> str:
     """An unguessable share slug: 144 random bits, URL-safe (24 characters)."""
     return secrets.token_urlsafe(18)
@@ -185,7 +190,7 @@ def prepare_episode(
                 field=name,
                 **where,
             )
-    kinds = np.fromiter((KIND_CODES[k] for k in ep.kinds), dtype=np.uint8, count=n)
+    kinds = kind_codes(ep.kinds)
     policy = kinds == POLICY
     if not policy.any():
         raise ApiError(
@@ -331,6 +336,10 @@ def episode_or_404(session: Session, slug: str) -> Episode:
 
 
 def get_batch(session: Session, batch_id: int) -> Batch | None:
+    # Ids are positive 64-bit integers; anything else (e.g. /b/9223372036854775808) cannot exist,
+    # and SQLite would raise OverflowError (a 500) on binding it.
+    if not 0 < batch_id < 2**63:
+        return None
     return session.get(Batch, batch_id)
 
 
@@ -419,7 +428,7 @@ def episode_arrays(ep: Episode) -> EpisodeArrays:
 
 def arrays_from_native(ep: EpisodeIn) -> EpisodeArrays:
     """Decode an (already validated) native episode for computation, e.g. in the offline CLI."""
-    kinds = np.fromiter((KIND_CODES[k] for k in ep.kinds), dtype=np.uint8, count=len(ep.kinds))
+    kinds = kind_codes(ep.kinds)
     policy = kinds == POLICY
     turn_ids = (
         default_turn_ids(policy)

@@ -29,7 +29,13 @@ def loads(raw: bytes | str) -> Any:
     try:
         return _loads(raw)
     except ValueError:
-        return json.loads(raw)
+        try:
+            return json.loads(raw)
+        except RecursionError:  # e.g. 10,000 nested arrays: a 4xx, not a crash
+            raise ValueError(_TOO_DEEP) from None
+
+
+_TOO_DEEP = "the JSON nests too deeply (recursion limit exceeded)"
 
 
 @dataclass
@@ -123,6 +129,8 @@ def read_records(data: bytes) -> list[Record]:
             doc = json.loads(data)
         except json.JSONDecodeError as e:
             raise _bad_json(e.lineno, e.msg + f" at column {e.colno}") from None
+        except RecursionError:
+            raise _bad_json(None, _TOO_DEEP) from None
         except ValueError as e:
             raise _bad_json(None, e) from None
     if isinstance(doc, dict) and isinstance(doc.get("episodes"), list):
