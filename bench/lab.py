@@ -18,18 +18,16 @@ def _best(fn, repeat: int = 3) -> float:
 
 
 def run() -> dict:
-    import torch
     from fastapi.testclient import TestClient
 
-    from app.lab.compute import PARAMS, difficulty, lambda_sweep, recovery
+    from app.lab.compute import PARAMS, difficulty, lambda_sweep, one_thread, recovery
     from app.lab.params import parse
-    from app.lab.routes import _one_thread
     from app.main import create_app
     from app.settings import Settings
 
     p = parse(PARAMS["lambda"], {})
     out: dict = {}
-    with _one_thread(), torch.no_grad():
+    with one_thread():
         lambda_sweep(p)  # warm-up (first GAE call, allocator)
         out["lambda sweep, default (20k eps x 8 lams x 3 critics), s"] = round(
             _best(lambda: lambda_sweep(p)), 3

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 
 import torch
@@ -37,6 +38,25 @@ from .params import LabParamError, Param
 COMPUTE_VERSION = 1
 
 DEFAULT_LAMS = [0.0, 0.5, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0]
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run on one intra-op thread. These tensors are small ([20000, 5]); on a shared 2-core box
+    torch's thread pool made the lambda sweep 3-10x slower, not faster. Restores the old setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_figure(figure: str, params: dict) -> dict:
+    """``FIGURES[figure](params)`` on one thread, without autograd (what the API and bench call)."""
+    with one_thread():
+        return FIGURES[figure](params)
 
 
 def _exact(x: float) -> Fraction:

@@ -10,10 +10,8 @@ import csv
 import io
 import json
 import time
-from contextlib import contextmanager
 from functools import lru_cache
 
-import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.exc import IntegrityError
@@ -22,7 +20,7 @@ from sqlmodel import select
 from ..db import SessionDep
 from ..errors import ApiError
 from ..templating import templates
-from .compute import COMPUTE_VERSION, FIGURES, PARAMS, csv_rows
+from .compute import COMPUTE_VERSION, PARAMS, csv_rows, run_figure
 from .models import LabResult
 from .params import LabParamError, canonical_json, parse
 
@@ -35,18 +33,6 @@ PAGES = {
     "recovery": "The recovery diagnostic",
 }
 API_FIGURES = (*PAGES, "oracle")
-
-
-@contextmanager
-def _one_thread():
-    """Run a computation on one intra-op thread: these tensors are small ([20000, 5]), and on a
-    shared 2-core box torch's thread pool made the lambda sweep 3x slower, not faster."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _params(figure: str, request: Request) -> dict:
@@ -66,8 +52,7 @@ def cached_result(session, figure: str, params: dict) -> tuple[dict, bool]:
         return json.loads(row.result_json), True
     started = time.perf_counter()
     try:
-        with _one_thread(), torch.no_grad():
-            result = FIGURES[figure](params)
+        result = run_figure(figure, params)
     except LabParamError as exc:
         raise ApiError(exc.status, exc.code, exc.message, field=exc.field) from None
     except ValueError as exc:  # an oracle rejected the combination (e.g. probabilities)

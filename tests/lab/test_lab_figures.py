@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.lab.compute import PARAMS, difficulty, horizon, lambda_sweep, recovery
+from app.lab.compute import PARAMS, difficulty, horizon, lambda_sweep, recovery, run_figure
 from app.lab.params import LabParamError, parse
 
 
@@ -89,7 +89,7 @@ def test_horizon_gamma_multiplies_lambda():
 
 @pytest.fixture(scope="module")
 def sweep():
-    return lambda_sweep(defaults("lambda"))
+    return run_figure("lambda", defaults("lambda"))
 
 
 def _by(sweep, critic):
@@ -148,7 +148,7 @@ def test_lambda_rejects_zero_gradient():
 
 @pytest.fixture(scope="module")
 def recovery_q1():
-    return recovery(defaults("recovery", q=1, batch=2000, seed=0, verl="off"))
+    return run_figure("recovery", defaults("recovery", q=1, batch=2000, seed=0, verl="off"))
 
 
 def _rows(r):
@@ -189,7 +189,7 @@ def test_recovery_numbers_match_seed_003(recovery_q1):
 @pytest.mark.parametrize("q", [1.0, 0.5])
 def test_raw_gae_credit_closed_form(q):
     # Raw GAE with the exact critic on successful BAD -> RECOVER: credit(BAD) = (q/4 - 1/2) + lam (1 - q/2).
-    rows = _rows(recovery(defaults("recovery", q=q, batch=4000, seed=1, verl="off")))
+    rows = _rows(run_figure("recovery", defaults("recovery", q=q, batch=1000, seed=1, verl="off")))
     assert rows["gae_exact_lam0_raw"]["credit_bad"] == pytest.approx(q / 4 - 0.5, abs=1e-12)
     assert rows["gae_exact_lam1_raw"]["credit_bad"] == pytest.approx(q / 4 - 0.5 + 1 - q / 2, abs=1e-12)
     # RECOVER succeeded: its credit is 1 - V(mistake) = 1 - q/2 for any lam (last step).

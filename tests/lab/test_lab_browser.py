@@ -1,0 +1,149 @@
+"""The lab pages in headless Chromium against a real uvicorn server: progress, plots, cache, errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("labserver")
+    port = _free_port()
+    env = {**os.environ, "CREDITLENS_DATABASE_URL": f"sqlite:///{tmp / 'lab.db'}", "CREDITLENS_DEMO": "0"}
+    env.pop("CREDITLENS_WRITE_TOKEN", None)
+    log = open(tmp / "server.log", "wb")
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app.main:create_app",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError((tmp / "server.log").read_text()[-3000:])
+        time.sleep(0.25)
+    yield base
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no /usr/bin/chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        pg = browser.new_page()
+        errors: list[str] = []
+        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.errors = errors
+        yield pg
+        browser.close()
+
+
+def _open(page, url: str) -> None:
+    page.errors.clear()
+    page.goto(url)
+    page.wait_for_selector("body[data-lab-ready='1']", timeout=60_000)
+
+
+def test_lambda_page_computes_then_hits_the_cache(server, page):
+    page.goto(f"{server}/lab/lambda?seed=7&episodes=20000")
+    # While the server computes, the page says so.
+    page.wait_for_selector(".lab-spinner", timeout=5_000)
+    assert "Computing" in page.inner_text("#lab-status")
+    page.wait_for_selector("body[data-lab-ready='1']", timeout=60_000)
+    assert page.inner_text("#lab-status").startswith("Computed in")
+    assert (
+        page.locator("#fig-bias .main-svg").count() >= 1 and page.locator("#fig-var .main-svg").count() >= 1
+    )
+    # 3 critics + 3 floors on the bias plot, 3 series on the variance plot.
+    assert page.evaluate("document.getElementById('fig-bias').data.length") == 6
+    assert page.evaluate("document.getElementById('fig-var').data.length") == 3
+    assert page.locator("table.lab-table tbody tr").count() == 8
+    _open(page, f"{server}/lab/lambda?seed=7&episodes=20000")
+    assert page.inner_text("#lab-status").startswith("Loaded from the cache")
+    assert page.errors == []
+
+
+def test_form_keeps_state_in_the_url(server, page):
+    _open(page, f"{server}/lab/difficulty")
+    page.fill("#p-G", "16")
+    page.click("form.lab-form button[type=submit]")
+    page.wait_for_selector("body[data-lab-ready='1']", timeout=60_000)
+    assert "G=16" in page.url
+    assert page.locator("table.lab-table tbody tr").count() == 15  # k = 1..15
+    assert page.get_attribute("#csv-link", "href").endswith("format=csv")
+    assert page.errors == []
+
+
+def test_horizon_page_draws(server, page):
+    _open(page, f"{server}/lab/horizon")
+    for pid in ("fig-token", "fig-turn"):
+        assert page.locator(f"#{pid} .main-svg").count() >= 1, pid
+    assert page.errors == []
+
+
+def test_recovery_page_table_and_plot(server, page):
+    _open(page, f"{server}/lab/recovery?verl=off&batch=2000&seed=0")
+    assert page.locator("#fig-credit .main-svg").count() >= 1
+    rows = page.locator("table.lab-table").first.locator("tbody tr")
+    assert rows.count() == 10
+    first = rows.nth(0).inner_text()
+    assert "oracle (exact A)" in first and "-0.25" in first and "0.50" in first and "0%" in first
+    assert page.errors == []
+
+
+def test_api_error_is_shown_on_the_page(server, page):
+    page.errors.clear()
+    page.goto(f"{server}/lab/lambda?horizon=1&cost=0&logit_scale=0")
+    page.wait_for_selector("#lab-error:not([hidden])", timeout=30_000)
+    assert "gradient is zero" in page.inner_text("#lab-error")
