@@ -61,7 +61,9 @@ async function load() {
   stripBox.dataset.ready = "0";
   stripBox.setAttribute("aria-busy", "true");
   try {
-    const d = await fetchJSON(apiUrl(), { signal: ctrl.signal });
+    // The first request is the server-built URL the page preloads (same URL, no extra headers).
+    const first = apiUrl() === init.api;
+    const d = await fetchJSON(apiUrl(), first ? { signal: ctrl.signal, headers: {} } : { signal: ctrl.signal });
     if (ctrl.signal.aborted) return;
     data = d;
     showError("");

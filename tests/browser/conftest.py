@@ -115,6 +115,7 @@ def page(browser, server):
     """A fresh page (own context, clipboard allowed) with a probe at ``page.probe``."""
     ctx = browser.new_context(viewport={"width": 1400, "height": 900}, base_url=server)
     ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)
+    ctx.set_default_timeout(60_000)  # the machine is shared; waits are for events, not speed
     pg = ctx.new_page()
     pg.probe = PageProbe(pg)
     yield pg

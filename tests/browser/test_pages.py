@@ -1,0 +1,151 @@
+"""Talk mode keys, batch and group pages, JSON twins and security headers, against the real server."""
+
+from __future__ import annotations
+
+import re
+
+import browser_data as data
+import httpx
+import pytest
+from browser_util import shot, upload, wait_ready
+
+pytestmark = pytest.mark.browser
+
+
+def test_talk_mode_keys_step_through_shareable_urls(page, demo):
+    page.goto("/talk")
+    assert page.url.endswith("/talk/1")
+    page.wait_for_selector('body[data-ready="1"]')
+    page.keyboard.press("ArrowRight")
+    page.wait_for_url(re.compile(r"/talk/2$"))
+    wait_ready(page)
+    # Step 2: returns-to-go on the hand-built row, γ = 1: the first call's return is
+    # −0.1 − 0.1 + 0.9 = 0.7 (seed 000 §7.1), the last call's 0.9.
+    assert page.evaluate("window.__strip.cellAt(0).rows[0].value") == pytest.approx(0.7)
+    assert page.evaluate("window.__strip.cellAt(9).rows[0].value") == pytest.approx(0.9)
+    shot(page, "talk-2")
+    page.keyboard.press("PageDown")
+    page.wait_for_url(re.compile(r"/talk/3$"))
+    wait_ready(page)
+    # γ = 0.9: position 1 = −0.1 + 0.9 × 0.639 = 0.4751 (0.639 = −0.1 + 0.9 × 0.81, position 5).
+    assert page.evaluate("window.__strip.cellAt(1).rows[0].value") == pytest.approx(0.4751, abs=1e-4)
+    page.keyboard.press(" ")
+    page.wait_for_url(re.compile(r"/talk/4$"))
+    wait_ready(page)
+    # The tool-span bug: masked TD 0.1 vs naive 8.5 at position 1 and 8.2 at position 6.
+    naive = page.text_content("#naive-box")
+    assert "masked 0.10, naive 8.50" in naive and "naive 8.20" in naive
+    assert page.evaluate("window.__strip.rows.map(r => r.name)") == ["td", "naive"]
+    shot(page, "talk-4-naive-gae")
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_url(re.compile(r"/talk/3$"))
+    page.keyboard.press("PageUp")
+    page.wait_for_url(re.compile(r"/talk/2$"))
+    page.keyboard.press("End")
+    page.wait_for_url(re.compile(r"/talk/10$"))
+    page.keyboard.press("Home")
+    page.wait_for_url(re.compile(r"/talk/1$"))
+    assert page.probe.dialogs == [] and not page.probe.errors
+
+
+def test_talk_group_and_batch_steps_use_the_demo_batch(page, demo):
+    page.goto("/talk/5")
+    page.wait_for_selector('body[data-ready="1"]')
+    # The mixed group with the fewest successes: parse_date, 1 of 8.
+    assert "parse_date" in page.text_content("#talk-view")
+    rloo = page.locator('tr[data-baseline="rloo"] td').all_text_contents()
+    # RLOO, G = 8, one success: 1 − 0/7 = 1 for it, 0 − 1/7 = −0.143 for the others.
+    assert rloo[0] == "1.000" and rloo[1:] == ["-0.143"] * 7
+    shot(page, "talk-5-group")
+    page.goto("/talk/6")
+    page.wait_for_selector('body[data-ready="1"]')
+    # limit is never solved: 8 of 32 episodes = 25% in zero-variance groups.
+    assert "25% of episodes in zero-variance groups (1 of 4 groups)" in page.text_content("#talk-view")
+    shot(page, "talk-6-zero-variance")
+
+
+def test_batch_page_diagnostics_and_group_page(page, demo):
+    bid = demo["bugfix"]["batch_id"]
+    page.goto(f"/b/{bid}")
+    page.wait_for_selector('body[data-ready="1"]')
+    cards = page.text_content("#cards")
+    assert "25%" in cards and "1 of 4 groups" in cards
+    assert "limit" in page.text_content("#zv-banner")
+    assert page.locator("#episodes tbody tr").count() == 32
+    page.fill("#ep-filter", "clamp")
+    assert page.locator("#episodes tbody tr").count() == 8
+    assert "q=clamp" in page.url
+    shot(page, "batch")
+
+    # Follow the link by its href (a click can miss while Plotly's responsive figures resize).
+    href = page.get_attribute("#groups a >> text=limit", "href")
+    assert href == f"/b/{bid}/g/limit"
+    page.goto(href)
+    page.wait_for_selector('body[data-ready="1"]')
+    why = page.text_content("#zv-why")
+    assert "All 8 attempts scored 0" in why and "no gradient" in why
+    assert page.locator('tr[data-baseline="grpo"] td').all_text_contents() == ["0"] * 8
+    shot(page, "group-zero-variance")
+    assert not page.probe.errors and not page.probe.csp_violations()
+
+
+def test_json_twins_and_security_headers(server, demo):
+    slug = demo["handbuilt"]["episodes"][0]["slug"]
+    with httpx.Client(base_url=server) as c:
+        r = c.get(f"/e/{slug}", params={"lam": "0", "scheme": "td,bogus", "format": "json"})
+        assert r.status_code == 200
+        body = r.json()
+        assert body["view"]["lam"] == 0.0 and body["view"]["schemes"] == ["td"]
+        # Seed 000 §7.3: the masked TD error at position 1 is −0.1 + 0.6 − 0.4 = 0.1.
+        assert body["data"]["schemes"][0]["advantages"][1] == pytest.approx(0.1)
+        same = c.get(f"/e/{slug}?scheme=td&lam=0", headers={"accept": "application/json"}).json()
+        assert same["data"] == body["data"]
+        assert c.get("/e/no-such-episode?format=json").json()["error"]["status"] == 404
+        b = c.get(f"/b/{demo['bugfix']['batch_id']}?format=json").json()
+        assert b["data"]["diagnostics"]["zero_variance_share"] == pytest.approx(0.25)
+        g = c.get(f"/b/{demo['bugfix']['batch_id']}/g/limit", params={"format": "json"}).json()
+        assert g["data"]["zero_variance"] is True
+        t = c.get("/talk/4?format=json").json()
+        assert t["title"] == "The naive-GAE tool-span bug" and t["next"] == "/talk/5"
+        assert c.get("/talk/99?format=json").status_code == 404
+        home = c.get("/?q=bugfix&format=json").json()
+        assert [x["name"] for x in home["data"]] == ["bugfix"] or "bugfix" in str(home["data"])
+
+        html = c.get(f"/e/{slug}")
+        csp = html.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-eval" not in csp
+        assert html.headers["x-content-type-options"] == "nosniff"
+        assert html.headers["x-frame-options"] == "DENY"
+        # No inline scripts: every <script> is external or inert JSON.
+        for tag in re.findall(r"<script[^>]*>", html.text):
+            assert "src=" in tag or 'type="application/json"' in tag, tag
+        assert "<script>" not in html.text
+
+
+def test_upload_errors_are_shown_next_to_the_file(page, tmp_path):
+    bad = dict(data.handbuilt())
+    bad["values"] = bad["values"][:-1]  # one value short
+    f = tmp_path / "bad.jsonl"
+    f.write_text(data.jsonl([data.handbuilt(), bad]))
+    page.goto("/")
+    page.set_input_files("#file", str(f))
+    page.click("#upload-btn")
+    err = page.locator(".file-item.bad .file-error")
+    err.wait_for()
+    text = err.text_content()
+    # The server's message plus where: line 2 of the file, episode 2 (or 1 zero-based), field values.
+    assert "line 2" in text and "values" in text
+    assert page.text_content(".file-item.bad .fname") == "bad.jsonl"
+    shot(page, "home-upload-error")
+
+
+def test_home_search_filters_batches(page, demo, server):
+    upload(server, "zzz-unrelated", [data.handbuilt()])
+    page.goto("/?q=bugfix")
+    page.wait_for_selector('body[data-ready="1"]')
+    names = page.locator("#batches tbody tr td:first-child").all_text_contents()
+    assert names == ["bugfix"]
+    page.click("#batches tbody tr button")
+    page.wait_for_selector("#batches tr.detail table tbody tr")
+    assert page.locator("#batches tr.detail table tbody tr").count() == 32
+    shot(page, "home-search")
