@@ -26,7 +26,7 @@ from app.schemas import EpisodeIn
 
 from .policy import FAIL, PASS, UNKNOWN, PolicyParams, State, transition
 from .tasks import OPS, TASKS, Task, run_tests
-from .truth import exact_values, sample_call
+from .truth import exact_values, mc_turn_values, sample_call
 
 _TOKEN_RE = re.compile(r"</?\w+>|\w+|[^\w\s]")
 
@@ -254,6 +254,35 @@ def episode_states(task: Task, episode: EpisodeIn) -> list[State]:
     return states
 
 
+def with_mc_turn_values(
+    episodes: list[EpisodeIn], params: PolicyParams, n_rollouts: int, *, seed: int = 0, call_cost: float = 0.0
+) -> list[EpisodeIn]:
+    """Replace meta.turn_values by Monte Carlo estimates (VinePPO style: `n_rollouts` continuations
+    of the policy from each turn's latent state); the exact values move to meta.turn_values_exact.
+    A truncated episode's bootstrap_value becomes the MC estimate of its final state too."""
+    out = []
+    for i, e in enumerate(episodes):
+        task = _by_name(e.meta["task"])
+        states = episode_states(task, e)
+        mc = mc_turn_values(task, params, states, n_rollouts, seed=seed * 100_003 + i, call_cost=call_cost)
+        update: dict = {
+            "meta": {
+                **e.meta,
+                "turn_values": [round(x, 6) for x in mc],
+                "turn_values_exact": e.meta["turn_values"],
+                "n_rollouts": n_rollouts,
+            }
+        }
+        if e.truncated:
+            last = transition(task, states[-1], e.meta["calls"][-1]["action"]).next_state
+            boot = mc_turn_values(
+                task, params, [last], n_rollouts, seed=seed * 100_003 + i + 7, call_cost=call_cost
+            )
+            update["bootstrap_value"] = round(boot[0], 6)
+        out.append(e.model_copy(update=update))
+    return out
+
+
 def sample_batch(
     n_tasks: int = 20,
     n_per_task: int = 8,
@@ -295,4 +324,5 @@ __all__ = [
     "sample_batch",
     "sample_group",
     "tokenize",
+    "with_mc_turn_values",
 ]

@@ -14,7 +14,7 @@ from app.schemas import EpisodeIn
 
 from .critic import critic_report, critic_values, fit_critic
 from .diagnostics import sim_diagnostics
-from .env import sample_batch
+from .env import sample_batch, with_mc_turn_values
 from .policy import PolicyParams
 from .tasks import TASKS
 
@@ -38,6 +38,10 @@ class SampleRequest(BaseModel):
     )
     max_calls: int = Field(8, ge=1, le=40, description="recording cut: longer episodes are truncated")
     critic_steps: int = Field(150, ge=1, le=3000, description="Adam steps of the critic fit")
+    truth: Literal["exact", "mc"] = Field(
+        "exact", description="meta.turn_values: exact (dynamic programming) or Monte Carlo continuations"
+    )
+    n_rollouts: int = Field(16, ge=1, le=1024, description="continuations per turn when truth = mc")
     name: str | None = Field(None, max_length=200)
 
     @field_validator("policy")
@@ -70,6 +74,10 @@ def run_sample(req: SampleRequest, progress: Callable[[float], None] | None = No
     episodes = sample_batch(
         req.n_tasks, req.n_per_task, req.seed, params, **kw, progress=lambda x: report(share * x)
     )
+    if req.truth == "mc":
+        episodes = with_mc_turn_values(
+            episodes, params, req.n_rollouts, seed=req.seed, call_cost=req.call_cost
+        )
     diagnostics = sim_diagnostics(episodes)
     if req.critic:
         fresh = sample_batch(req.n_tasks, req.n_per_task, req.seed + FRESH_SEED_OFFSET, params, **kw)

@@ -130,3 +130,13 @@ def test_sample_page_and_options(client):
     assert 'id="sample-form"' in page.text and "/static/sample.js" in page.text and "<progress" in page.text
     opts = client.get("/api/samples/options").json()
     assert len(opts["tasks"]) == 20 and "exploit_propensity" in opts["policy"]
+
+
+def test_monte_carlo_truth_option(client):
+    r = client.post("/api/samples", json={"n_tasks": 2, "n_per_task": 2, "truth": "mc", "n_rollouts": 4})
+    assert r.status_code == 201
+    ep = client.get(f"/api/episodes/{r.json()['episodes'][0]['slug']}").json()
+    assert ep["meta"]["n_rollouts"] == 4
+    assert len(ep["meta"]["turn_values"]) == len(ep["meta"]["turn_values_exact"]) == len(ep["meta"]["calls"])
+    # With 4 rollouts of a 0/1 outcome the estimate is a multiple of 1/4.
+    assert all(abs(v * 4 - round(v * 4)) < 1e-6 for v in ep["meta"]["turn_values"])

@@ -80,3 +80,20 @@ def test_pass_rates_range_from_never_to_always():
     # The knobs reach "always": a skilled agent that never submits untested and never cheats.
     strong = PolicyParams(skill_shift=12.0, submit_propensity=-6.0, exploit_propensity=-20.0)
     assert min(pass_rate(t, strong) for t in TASKS) > 0.99
+
+
+def test_mc_turn_values_of_sampled_episodes_agree_with_exact():
+    from app.sim.env import sample_batch, with_mc_turn_values
+
+    eps = sample_batch(6, 4, seed=2, call_cost=0.05)
+    n = 200
+    mc = with_mc_turn_values(eps, PolicyParams(), n, seed=2, call_cost=0.05)
+    diffs = []
+    for e, m in zip(eps, mc, strict=True):
+        assert m.meta["turn_values_exact"] == e.meta["turn_values"]
+        assert m.tokens == e.tokens and m.meta["n_rollouts"] == n
+        diffs += [a - b for a, b in zip(m.meta["turn_values"], e.meta["turn_values"], strict=True)]
+    # Returns lie in [-0.05 * calls, 1], so each MC mean has sd <= ~0.55 / sqrt(200) = 0.039:
+    # 5 sd = 0.2 per value; the mean error over all turns is far tighter.
+    assert max(abs(d) for d in diffs) < 0.2
+    assert abs(sum(diffs) / len(diffs)) < 0.03
