@@ -90,7 +90,17 @@ export function figWhiten(node, b, height = 320) {
       { type: "bar", name: "batch whitening", x: labels, y: wvc.map((r) => r.whiten), marker: { color: NEG }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>batch whiten %{y:.3f}<extra>%{customdata}</extra>" },
       { type: "bar", name: "group centering", x: labels, y: wvc.map((r) => r.center), marker: { color: POS }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>group center %{y:.3f}<extra>%{customdata}</extra>" },
     ],
-    { height, barmode: "group", xaxis: { showticklabels: wvc.length <= 40, title: { text: "episodes, ordered by group" } }, yaxis: { title: { text: "advantage" } }, legend: { orientation: "h", y: 1.12 } },
+    {
+      height,
+      barmode: "group",
+      // One tick per group (at its first episode) instead of one per episode.
+      xaxis: {
+        tickmode: "array",
+        tickvals: labels.filter((_, i) => i === 0 || wvc[i].group !== wvc[i - 1].group),
+        ticktext: wvc.filter((r, i) => i === 0 || r.group !== wvc[i - 1].group).map((r) => String(r.group)),
+        tickangle: -30,
+        automargin: true,
+      }, yaxis: { title: { text: "advantage" } }, legend: { orientation: "h", y: 1.12 } },
     `batch-${b.id}-whiten-vs-center`,
   );
 }

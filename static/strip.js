@@ -444,7 +444,7 @@ export class TokenStrip {
       );
     });
     const hint = d.kinds[i] === "tool" ? el("div", { class: "hp-hint" }, "Click to collapse this tool span.") : null;
-    return [el("div", { class: "hp-title" }, JSON.stringify(d.tokens[i])), table, hint];
+    return [el("div", { class: "hp-title" }, JSON.stringify(d.tokens[i])), table, hint].filter(Boolean);
   }
 
   /** Test and export hook: item geometry (client px) and colours per row for token i. */
