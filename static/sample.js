@@ -20,6 +20,8 @@ function body() {
     call_cost: num("call_cost"),
     max_calls: num("max_calls"),
     critic: $("critic").checked,
+    truth: $("truth").value,
+    n_rollouts: num("n_rollouts"),
     policy,
   };
   const name = f.elements.name.value.trim();
