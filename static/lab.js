@@ -4,6 +4,7 @@ import { el, fetchJSON, fmt, plotlyConfig, readInitial } from "./util.js";
 
 const state = readInitial("lab-state");
 const $ = (id) => document.getElementById(id);
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
 const COLORS = { exact: "#1b6ca8", stale: "#d98c00", none: "#b2182b" };
 
 function status(text, busy) {
@@ -76,8 +77,11 @@ function drawLambda(r) {
     });
     variance.push({ x: lamLabels, y: s.points.map((p) => p.variance), name: s.label, mode: "lines+markers", line: { color: c } });
   }
-  plot(figure("fig-bias", "Relative bias ‖mean ĝ − g*‖ / ‖g*‖"), bias, { xaxis: { title: "λ", type: "category" }, yaxis: { title: "relative bias", rangemode: "tozero" } }, "lambda-bias");
-  plot(figure("fig-var", "Per-episode variance E‖ĝᵢ − mean ĝ‖²"), variance, { xaxis: { title: "λ", type: "category" }, yaxis: { title: "variance", rangemode: "tozero" } }, "lambda-variance");
+  // Lay out every box before drawing, so each plot measures its final width.
+  const fb = figure("fig-bias", "Relative bias ‖mean ĝ − g*‖ / ‖g*‖");
+  const fv = figure("fig-var", "Per-episode variance E‖ĝᵢ − mean ĝ‖²");
+  plot(fb, bias, { xaxis: { title: "λ", type: "category" }, yaxis: { title: "relative bias", rangemode: "tozero" } }, "lambda-bias");
+  plot(fv, variance, { xaxis: { title: "λ", type: "category" }, yaxis: { title: "variance", rangemode: "tozero" } }, "lambda-variance");
   const e = r.env;
   card("J (exact)", fmt(e.J, 4), `sampled mean return ${fmt(e.sampled_mean_return, 4)}`);
   card("E[episode length]", fmt(e.expected_length, 3), `sampled ${fmt(e.sampled_mean_length, 3)}`);
@@ -98,8 +102,11 @@ function drawLambda(r) {
 // ---- figure 2 ---------------------------------------------------------------------------------------
 function drawDifficulty(r) {
   const p = r.curve.map((c) => c.p);
+  const fa = figure("fig-abs", `Expected total |advantage| of a group of ${r.params.G}`);
+  const fr = figure("fig-ratio", "Ratio: extra weight from std normalisation");
+  const fz = figure("fig-zero", "Zero-variance probability pᴳ + (1 − p)ᴳ");
   plot(
-    figure("fig-abs", `Expected total |advantage| of a group of ${r.params.G}`),
+    fa,
     [
       { x: p, y: r.curve.map((c) => c.expected_abs_plain), name: "mean-centred (Dr. GRPO)", mode: "lines" },
       { x: p, y: r.curve.map((c) => c.expected_abs_normalised), name: `÷ ${r.params.std} std (GRPO)`, mode: "lines" },
@@ -108,13 +115,13 @@ function drawDifficulty(r) {
     "difficulty-abs",
   );
   plot(
-    figure("fig-ratio", "Ratio: extra weight from std normalisation"),
+    fr,
     [{ x: p, y: r.curve.map((c) => c.ratio), name: "normalised / plain", mode: "lines" }],
     { xaxis: { title: "pass rate p" }, yaxis: { title: "ratio" } },
     "difficulty-ratio",
   );
   plot(
-    figure("fig-zero", "Zero-variance probability pᴳ + (1 − p)ᴳ"),
+    fz,
     r.zero_variance_curves.map((c) => ({ x: r.p_grid, y: c.zero_variance, name: `G = ${c.G}`, mode: "lines" })),
     { xaxis: { title: "pass rate p" }, yaxis: { title: "P(zero variance)", range: [0, 1] } },
     "difficulty-zero-variance",
@@ -140,19 +147,22 @@ function drawDifficulty(r) {
 
 // ---- figure 3 ---------------------------------------------------------------------------------------
 function drawHorizon(r) {
+  const ft = figure("fig-token", "Weight (γλ)ᴸ of an outcome L policy tokens away");
+  const fu = figure("fig-turn", `Turn-level vs token-level (${r.params.tokens_per_turn} policy tokens per call)`);
   plot(
-    figure("fig-token", "Weight (γλ)ᴸ of an outcome L policy tokens away"),
-    r.token_curves.map((c) => ({ x: r.token_distances, y: c.weights, name: `λ = ${c.lam}`, mode: "lines" })),
+    ft,
+    r.token_curves.map((c, i) => ({ x: r.token_distances, y: c.weights, name: `λ = ${c.lam}`, mode: "lines", line: { color: PALETTE[i % PALETTE.length] } })),
     { xaxis: { title: "L (policy tokens)", type: "log" }, yaxis: { title: "weight", range: [0, 1.02] } },
     "horizon-token",
   );
   const traces = [];
-  for (const c of r.turn_curves) {
-    traces.push({ x: r.turns, y: c.turn_level, name: `turn-level, λ = ${c.lam}`, mode: "lines" });
-    traces.push({ x: r.turns, y: c.token_level, name: `token-level, λ = ${c.lam}`, mode: "lines", line: { dash: "dot" } });
+  for (const [i, c] of r.turn_curves.entries()) {
+    const color = PALETTE[i % PALETTE.length];
+    traces.push({ x: r.turns, y: c.turn_level, name: `turn-level, λ = ${c.lam}`, mode: "lines", line: { color } });
+    traces.push({ x: r.turns, y: c.token_level, name: `token-level, λ = ${c.lam}`, mode: "lines", line: { color, dash: "dot" } });
   }
   plot(
-    figure("fig-turn", `Turn-level vs token-level (${r.params.tokens_per_turn} policy tokens per call)`),
+    fu,
     traces,
     { xaxis: { title: "outcome distance (turns)" }, yaxis: { title: "weight", range: [0, 1.02] } },
     "horizon-turn",
@@ -163,7 +173,7 @@ function drawHorizon(r) {
       { label: "what", get: (x) => x.what },
       { label: "λ", num: true, get: (x) => String(x.lam) },
       { label: "L", num: true, get: (x) => `${x.L} ${x.unit}` },
-      { label: "weight", num: true, get: (x) => fmt(x.weight, 3) },
+      { label: "weight", num: true, get: (x) => (x.weight > 0 && x.weight < 1e-3 ? x.weight.toExponential(1) : fmt(x.weight, 3)) },
     ],
     r.checkpoints,
   );

@@ -251,3 +251,22 @@ def test_vendored_plotly(client):
     assert len(r.content) > 1_000_000 and b"plotly" in r.content[:2000].lower()
     etag = r.headers["etag"]
     assert client.get("/vendor/plotly.min.js", headers={"If-None-Match": etag}).status_code == 304
+
+
+@pytest.mark.postgres
+def test_cache_on_postgresql():
+    import os
+    import random
+
+    url = os.environ.get("CREDITLENS_TEST_PG_URL")
+    if not url:
+        pytest.skip("CREDITLENS_TEST_PG_URL is not set")
+    # The PostgreSQL database outlives the test: a fresh parameter value makes the first call a miss.
+    G = random.randint(2, 256)
+    tasks = random.randint(1, 100_000)
+    with TestClient(create_app(Settings(database_url=url))) as c:
+        first = c.get(f"/api/lab/difficulty?G={G}&tasks={tasks}")
+        assert first.status_code == 200 and first.headers["x-lab-cache"] == "miss"
+        second = c.get(f"/api/lab/difficulty?tasks={tasks}&G={G}")
+        assert second.headers["x-lab-cache"] == "hit"
+        assert second.json()["conditional_scale"] == first.json()["conditional_scale"]
