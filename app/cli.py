@@ -123,13 +123,14 @@ def compute_file(
     """Offline: every episode of an upload file -> its advantages payload. The file is one batch."""
     import numpy as np
 
-    from .compute import BatchContext, episode_advantages
     from .ingest import parse_upload
     from .store import arrays_from_native, prepare_episode
 
     parsed = parse_upload(data, fmt=fmt, filename=filename)
     for i, ep in enumerate(parsed.episodes):
         prepare_episode(ep, episode=i + 1, line=parsed.lines[i])  # same validation as the server
+    from .compute import BatchContext, episode_advantages  # torch: imported only once the file is valid
+
     arrays = [arrays_from_native(ep) for ep in parsed.episodes]
     groups = [a.group for a in arrays]
     scores = np.array([a.score for a in arrays])

@@ -14,6 +14,9 @@ from .settings import ROOT, Settings, get_settings
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    import torch
+
+    torch.set_num_threads(settings.torch_threads)
     engine = make_engine(settings.database_url)
 
     @asynccontextmanager

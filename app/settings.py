@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     write_token: str | None = None
     # Load the demo fixtures into an empty database on start.
     demo: bool = False
+    # torch intra-op threads in the server. Per-request tensors are small ([1, T]); on a 2-core
+    # machine 1 thread is ~2.5x cheaper per request than letting torch fan out (bench/ingest.py).
+    torch_threads: int = Field(default=1, ge=1)
 
     @field_validator("database_url")
     @classmethod

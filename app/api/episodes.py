@@ -72,7 +72,7 @@ def get_advantages(
     arrays = episode_arrays(ep)
     ctx = batch_context(session, ep.batch_id, ep.slug)
     payload = episode_advantages(
-        arrays, ctx, schemes=scheme, gamma=gamma, lam=lam, baseline=baseline, critic=critic
+        arrays, ctx, schemes=scheme, gamma=gamma, lam=lam, baseline=baseline, critic=critic, as_numpy=True
     )
     return json_response(payload)
 

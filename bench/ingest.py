@@ -1,0 +1,150 @@
+"""Ingest and compute speed of the service, against a real server process.
+
+* upload 1,000 episodes of 2,000 tokens as JSONL (multipart, like the browser) until stored and
+  computable (the last episode's advantages answer 200) — goal < 5 s;
+* the advantages API for one 32k-token episode (default schemes, critic from the upload) — p50 and
+  p99 over repeated calls, goal p50 < 50 ms;
+* the server's peak RSS (VmHWM from /proc/<pid>/status) after each phase.
+
+The server is ``uvicorn app.main:create_app`` in a subprocess on a temp SQLite file on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _episode(rng: random.Random, n: int, group: str, reward: float) -> dict:
+    """A multi-turn episode of n tokens: prompt, then alternating policy calls and tool outputs."""
+    kinds = ["prompt"] * 100
+    while len(kinds) < n:
+        kinds += ["policy"] * min(60, n - len(kinds))
+        kinds += ["tool"] * min(140, n - len(kinds))
+    kinds = kinds[:n]
+    if kinds[-1] != "policy":
+        kinds[-1] = "policy"
+    words = [" the", " edit", " read", "(", ")", " x", " =", " 1", "\n", " def", " return"]
+    return {
+        "tokens": [rng.choice(words) for _ in range(n)],
+        "kinds": kinds,
+        "reward": reward,
+        "values": [round(rng.random(), 4) for _ in range(n)],
+        "logprobs": [round(-rng.random(), 4) for _ in range(n)],
+        "group": group,
+        "meta": {"task": group},
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _hwm_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (load-independent, unlike wall time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run() -> dict:
+    rng = random.Random(0)
+    tmp = Path(tempfile.mkdtemp(prefix="creditlens-bench-"))
+    n_eps, n_tok = 1000, 2000
+    body = "".join(
+        json.dumps(_episode(rng, n_tok, f"task{i // 8}", float(rng.random() < 0.4))) + "\n"
+        for i in range(n_eps)
+    ).encode()
+    big = (json.dumps(_episode(rng, 32_768, "big", 1.0)) + "\n").encode()
+
+    port = _free_port()
+    env = dict(os.environ, CREDITLENS_DATABASE_URL=f"sqlite:///{tmp / 'bench.db'}", CREDITLENS_DEMO="false")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "app.main:create_app",
+            "--factory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    out: dict = {}
+    try:
+        with httpx.Client(base_url=url, timeout=300) as c:
+            for _ in range(600):
+                try:
+                    if c.get("/healthz").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            out["server_rss_idle_mb"] = round(_hwm_mb(proc.pid), 1)
+
+            cpu0 = _cpu_s(proc.pid)
+            t0 = time.perf_counter()
+            r = c.post("/api/uploads", files={"file": ("bench.jsonl", body)})
+            r.raise_for_status()
+            last = r.json()["episodes"][-1]["slug"]
+            a = c.get(f"/api/episodes/{last}/advantages")
+            a.raise_for_status()
+            out["upload_1000x2000_seconds"] = round(time.perf_counter() - t0, 3)
+            out["upload_1000x2000_server_cpu_seconds"] = round(_cpu_s(proc.pid) - cpu0, 2)
+            out["upload_1000x2000_mb"] = round(len(body) / 1e6, 1)
+            out["server_peak_rss_after_upload_mb"] = round(_hwm_mb(proc.pid), 1)
+
+            r = c.post("/api/uploads", files={"file": ("big.jsonl", big)})
+            r.raise_for_status()
+            slug = r.json()["episodes"][0]["slug"]
+            times = []
+            for _ in range(5):  # warm-up
+                c.get(f"/api/episodes/{slug}/advantages").raise_for_status()
+            cpu0 = _cpu_s(proc.pid)
+            for _ in range(60):
+                t = time.perf_counter()
+                c.get(f"/api/episodes/{slug}/advantages").raise_for_status()
+                times.append(time.perf_counter() - t)
+            out["advantages_32k_server_cpu_ms_per_call"] = round((_cpu_s(proc.pid) - cpu0) / 60 * 1000, 1)
+            times.sort()
+            out["advantages_32k_p50_ms"] = round(statistics.median(times) * 1000, 1)
+            out["advantages_32k_p99_ms"] = round(times[int(0.99 * (len(times) - 1))] * 1000, 1)
+            out["server_peak_rss_mb"] = round(_hwm_mb(proc.pid), 1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    out["load_average_1min"] = os.getloadavg()[0]
+    out["goal_upload_under_5s"] = out.get("upload_1000x2000_seconds", 1e9) < 5
+    out["goal_p50_under_50ms"] = out.get("advantages_32k_p50_ms", 1e9) < 50
+    return out
+
+
+if __name__ == "__main__":
+    for k, v in run().items():
+        print(f"{k:<40} {v}")
