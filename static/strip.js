@@ -18,14 +18,14 @@ export function displayText(tok) {
   return s;
 }
 
-/** Maximal runs of tool tokens: [{start, end}] with end exclusive. */
-export function toolSpans(kinds) {
+/** Maximal runs of tokens whose kind is in `collapsible`: [{start, end, kind}], end exclusive. */
+export function toolSpans(kinds, collapsible = new Set(["tool"])) {
   const spans = [];
   for (let i = 0; i < kinds.length; i++) {
-    if (kinds[i] !== "tool") continue;
+    if (!collapsible.has(kinds[i])) continue;
     let j = i;
-    while (j < kinds.length && kinds[j] === "tool") j++;
-    spans.push({ start: i, end: j });
+    while (j < kinds.length && kinds[j] === kinds[i]) j++;
+    spans.push({ start: i, end: j, kind: kinds[i] });
     i = j - 1;
   }
   return spans;
@@ -99,7 +99,7 @@ export class TokenStrip {
     this.rows = rows;
     this.open = new Set(open);
     this.cursor = cursor;
-    this.spans = toolSpans(data.kinds);
+    this.spans = toolSpans(data.kinds, new Set(this.opts.collapse || ["tool"]));
     this.spanOf = new Int32Array(data.tokens.length).fill(-1);
     this.spans.forEach((s, k) => {
       for (let i = s.start; i < s.end; i++) this.spanOf[i] = k;
@@ -143,7 +143,7 @@ export class TokenStrip {
       const k = this.spanOf[i];
       if (k >= 0 && !this.open.has(this.spans[k].start)) {
         const s = this.spans[k];
-        const text = `⟨tool: ${s.end - s.start} token${s.end - s.start === 1 ? "" : "s"}⟩`;
+        const text = `⟨${s.kind}: ${s.end - s.start} token${s.end - s.start === 1 ? "" : "s"}⟩`;
         for (let j = s.start; j < s.end; j++) this.itemOf[j] = items.length;
         push({ type: "span", i: s.start, end: s.end, w: text.length * this.charW + 2 * PAD_X + 1, text });
         i = s.end - 1;
@@ -216,7 +216,7 @@ export class TokenStrip {
         const y = y0 + r * this.cellH;
         ctx.fillStyle = "#222";
         ctx.textAlign = "right";
-        ctx.fillText(clip(row.label, 18), this.labelW - 8, y + this.cellH / 2);
+        ctx.fillText(clip(row.label, Math.floor((this.labelW - 12) / this.charW)), this.labelW - 8, y + this.cellH / 2);
         ctx.textAlign = "left";
         for (let k = line.first; k < line.last; k++) {
           const it = this.items[k];
@@ -224,7 +224,7 @@ export class TokenStrip {
           const x = this.labelW + it.x;
           ctx.fillStyle = rgb(col);
           ctx.fillRect(x, y, it.w - 1, this.cellH - 1);
-          ctx.fillStyle = it.type === "span" ? "#fff" : inkOn(col);
+          ctx.fillStyle = inkOn(col);
           ctx.fillText(it.text, x + PAD_X, y + this.cellH / 2);
         }
       });
@@ -245,7 +245,7 @@ export class TokenStrip {
   /** [r, g, b] of an item in a row: gray off-policy (darker for tool spans), else the scale. */
   cellColor(it, row) {
     const kind = this.data.kinds[it.i];
-    if (it.type === "span" || kind === "tool") return TOOL_GRAY;
+    if (kind === "tool") return TOOL_GRAY;
     if (kind !== "policy") return GRAY;
     return advColor(row.advantages[it.i], this.scale) ?? GRAY;
   }
@@ -284,7 +284,7 @@ export class TokenStrip {
     const it = this.items[hit.item];
     this.setCursor(it.i, { scroll: false });
     if (it.type === "span") this._toggle(it.i, true);
-    else if (this.data.kinds[it.i] === "tool") this._toggle(this.spans[this.spanOf[it.i]].start, false);
+    else if (this.spanOf[it.i] >= 0) this._toggle(this.spans[this.spanOf[it.i]].start, false);
   }
 
   _toggle(start, open) {
@@ -328,7 +328,7 @@ export class TokenStrip {
         if (!it) return;
         e.preventDefault();
         if (it.type === "span") this._toggle(it.i, true);
-        else if (this.data.kinds[it.i] === "tool") this._toggle(this.spans[this.spanOf[it.i]].start, false);
+        else if (this.spanOf[it.i] >= 0) this._toggle(this.spans[this.spanOf[it.i]].start, false);
         return;
       case "Escape":
         this.hover = null;
@@ -419,7 +419,7 @@ export class TokenStrip {
     if (it.type === "span") {
       const text = d.tokens.slice(it.i, it.end).join("");
       return [
-        el("div", { class: "hp-title" }, `tool observation: ${it.end - it.i} tokens (${it.i}–${it.end - 1})`),
+        el("div", { class: "hp-title" }, `${d.kinds[it.i] === "tool" ? "tool observation" : d.kinds[it.i]}: ${it.end - it.i} tokens (${it.i}–${it.end - 1})`),
         el("pre", { class: "hp-text" }, clip(text, 600)),
         el("div", { class: "hp-hint" }, "Click or press Enter to expand."),
       ];
@@ -443,7 +443,7 @@ export class TokenStrip {
         el("tr", { class: r === hoverRow ? "hp-hot" : null }, el("th", {}, row.label), el("td", {}, sw, fmt(v))),
       );
     });
-    const hint = d.kinds[i] === "tool" ? el("div", { class: "hp-hint" }, "Click to collapse this tool span.") : null;
+    const hint = this.spanOf[i] >= 0 ? el("div", { class: "hp-hint" }, `Click to collapse this ${d.kinds[i]} span.`) : null;
     return [el("div", { class: "hp-title" }, JSON.stringify(d.tokens[i])), table, hint].filter(Boolean);
   }
 
@@ -531,7 +531,7 @@ export class TokenStrip {
       const y0 = GAP_Y / 2 + L * this.blockH - top;
       this.rows.forEach((row, r) => {
         const y = y0 + r * this.cellH;
-        add("text", { x: this.labelW - 8, y: y + this.cellH / 2 + 4, "text-anchor": "end", fill: "#222" }, clip(row.label, 18));
+        add("text", { x: this.labelW - 8, y: y + this.cellH / 2 + 4, "text-anchor": "end", fill: "#222" }, clip(row.label, Math.floor((this.labelW - 12) / this.charW)));
         for (let k = line.first; k < line.last; k++) {
           const it = this.items[k];
           const col = this.cellColor(it, row);
@@ -543,7 +543,7 @@ export class TokenStrip {
             t.textContent = `${this.data.tokens[it.i]} ${row.name}=${v}`;
             g.append(t);
           }
-          add("text", { x: x + PAD_X, y: y + this.cellH / 2 + 4, fill: it.type === "span" ? "#fff" : inkOn(col) }, it.text);
+          add("text", { x: x + PAD_X, y: y + this.cellH / 2 + 4, fill: inkOn(col) }, it.text);
         }
       });
     }

@@ -89,7 +89,7 @@ async function showStrip() {
   box.replaceChildren(holder, legend);
   if (naiveNote) box.append(naiveNote);
   box.append(el("p", {}, link));
-  const strip = new TokenStrip(holder, { fontPx: 18, cellH: 30, labelW: 170, maxChars: 16, maxHeight: Math.round(window.innerHeight * 0.42) });
+  const strip = new TokenStrip(holder, { collapse: ["tool", "prompt"], fontPx: 18, cellH: 30, labelW: 170, maxChars: 16, maxHeight: Math.round(window.innerHeight * 0.42) });
   strip.setData(d, rows, {});
   window.__strip = strip;
   holder.dataset.ready = "1";
