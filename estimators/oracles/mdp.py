@@ -168,7 +168,8 @@ class TabularMDP:
 
         Raises ValueError for a missing (t, s), a non-finite or out-of-range probability,
         probability on an unavailable action, or a distribution that does not sum to 1
-        (exactly for Fractions/ints, within 1e-9 for floats).
+        (exactly for Fractions/ints, within 1e-9 for floats). Float rows are then divided by their
+        exact sum, so the solver works on a true distribution (V stays within the reward range).
         """
         out: dict[tuple[int, str], dict[str, Fraction]] = {}
         for (t, s), acts in self.avail.items():
@@ -190,6 +191,9 @@ class TabularMDP:
             _check_sums_to_one(
                 sum(row.values(), Fraction(0)), exact, f"policy probabilities in {s!r} at t={t}"
             )
+            total = sum(row.values(), Fraction(0))
+            if not exact and total != 1:
+                row = {a: p / total for a, p in row.items()}
             out[(t, s)] = {a: row.get(a, Fraction(0)) for a in acts}
         return out
 

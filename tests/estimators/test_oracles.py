@@ -324,3 +324,44 @@ def test_recovery_diagnostic_selects_bad_recover_successes():
     assert d["n_selected"] == 2
     assert d["credit_bad"] == pytest.approx(0.05) and d["credit_recover"] == pytest.approx(0.5)
     assert d["both_positive"] == 0.5
+
+
+# ---- properties ---------------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_logits = st.lists(st.floats(-3, 3, allow_nan=False), min_size=9, max_size=9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(_logits, st.integers(1, 6), st.fractions(0, 1, max_denominator=20))
+def test_property_gradient_equals_autograd(values, horizon, cost):
+    mdp = repair_env(cost=cost, horizon=horizon)
+    dense = mdp.dense()
+    theta = torch.tensor(values, dtype=torch.float64).reshape(3, 3).requires_grad_(True)
+    pi = softmax_policy(dense, theta)
+    expected_return(dense, pi).backward()
+    sol = solve(mdp, mdp.policy_from_tensor(pi))
+    assert torch.allclose(exact_gradient(mdp, sol, pi), theta.grad, atol=1e-10, rtol=0)
+    # V is the exact expectation: J in [-cost * H, 1 - cost].
+    assert -cost * horizon <= sol.J <= 1 - cost
+
+
+@settings(max_examples=25, deadline=None)
+@given(_logits, st.integers(0, 10_000), st.fractions(0, 1, max_denominator=10))
+def test_property_sampled_batches_are_well_formed(values, seed, q):
+    for mdp in (repair_env(), recovery_env(q)):
+        dense = mdp.dense()
+        S, A = len(mdp.states), len(mdp.actions)
+        theta = torch.tensor(values[: S * A], dtype=torch.float64).reshape(S, A)
+        pi = softmax_policy(dense, theta)
+        b = sample_episodes(dense, pi, 257, seed=seed)
+        assert torch.all(b.mask[:, 1:] <= b.mask[:, :-1])  # running, then stopped for good
+        assert torch.all(b.mask[:, 0] == 1)
+        off = b.mask == 0
+        assert torch.all(b.rewards[off] == 0) and torch.all(b.actions[off] == 0)
+        # Every chosen action was available in its (t, state).
+        t_idx = torch.arange(mdp.horizon).expand_as(b.states)
+        assert torch.all(dense.avail[t_idx, b.states, b.actions][~off])
+        assert torch.equal(b.length, b.mask.sum(-1).long())
