@@ -10,6 +10,7 @@ const state = { ...init.view, open: new Set(init.view.open || []) };
 const $ = (id) => document.getElementById(id);
 const stripBox = $("strip");
 let data = null;
+const explicitCritic = new URLSearchParams(location.search).has("critic");
 let inflight = null;
 
 /** The canonical query string; same keys and order as EpisodeView.query() in app/web/state.py. */
@@ -70,6 +71,15 @@ async function load() {
     render();
   } catch (err) {
     if (err.name === "AbortError") return;
+    // A link without an explicit critic on an episode without values: fall back to V = 0, say so.
+    if (err.code === "no_values" && state.critic === "upload" && !explicitCritic) {
+      state.critic = "zero";
+      $("critic").value = "zero";
+      syncUrl();
+      await load();
+      $("copy-status").textContent = "This episode has no critic values: showing critic = zero.";
+      return;
+    }
     showError(err.describe ? err.describe() : String(err));
     stripBox.dataset.ready = "error";
   } finally {

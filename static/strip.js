@@ -65,7 +65,8 @@ export class TokenStrip {
       role: "img",
       "aria-label": "Token strips. Arrow keys move the cursor token; Enter expands a tool span.",
     });
-    this.panel = el("div", { class: "hover-panel", role: "status", "aria-live": "polite", hidden: true });
+    // Announced only when the keyboard cursor moves (pointer hover would flood a screen reader).
+    this.panel = el("div", { class: "hover-panel", role: "status", "aria-live": "off", hidden: true });
     this.scroller.append(this.sizer, this.canvas);
     container.append(this.scroller, this.panel);
     this.ctx = this.canvas.getContext("2d");
@@ -402,6 +403,7 @@ export class TokenStrip {
       this.panel.hidden = true;
       return;
     }
+    this.panel.setAttribute("aria-live", this.hover ? "off" : "polite");
     this.panel.replaceChildren(...this._panelContent(this.items[k], row));
     this.panel.hidden = false;
     const pw = this.panel.offsetWidth;

@@ -7,6 +7,7 @@ import json
 import time
 
 import browser_data as data
+import httpx
 import pytest
 from browser_util import shot, upload, wait_ready
 
@@ -212,3 +213,33 @@ def test_32k_token_episode_opens_within_2s_and_scrolls(page, server):
     assert box["top"] <= last["y"] <= box["bottom"]
     assert page.evaluate("window.__strip.pixelAt(32767, 0)")[:3] != [255, 255, 255]
     shot(page, "episode-32k")
+
+
+def test_exports_png_svg_csv_json(page, server):
+    import csv
+    import io
+    import xml.etree.ElementTree as ET
+
+    slug = upload(server, "exports", [data.xss_episode()])["episodes"][0]["slug"]
+    page.goto(f"/e/{slug}?scheme=returns,token_gae&lam=0")
+    wait_ready(page)
+    api = httpx.get(f"{server}/api/episodes/{slug}/advantages?scheme=returns,token_gae&lam=0").json()
+    files = {}
+    for kind in ("png", "svg", "csv", "json"):
+        with page.expect_download() as dl:
+            page.click(f'button[data-export="{kind}"]')
+        files[kind] = open(dl.value.path(), "rb").read()
+        assert dl.value.suggested_filename == f"creditlens-{slug}-lam0.{kind}"
+    assert files["png"][:8] == b"\x89PNG\r\n\x1a\n"
+    svg = files["svg"].decode()
+    root = ET.fromstring(svg)  # well-formed XML: token text was escaped
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "<script>alert…" in texts  # display text, clipped to 14 characters
+    assert "<script" not in svg.replace("&lt;script", "")
+    rows = list(csv.DictReader(io.StringIO(files["csv"].decode())))
+    assert [r["token"] for r in rows] == api["tokens"]
+    assert [r["kind"] for r in rows] == api["kinds"]
+    gae = api["schemes"][1]["advantages"]
+    assert [float(r["token_gae"]) if r["token_gae"] else None for r in rows] == gae
+    body = json.loads(files["json"])
+    assert body["data"] == api and body["view"]["lam"] == 0
