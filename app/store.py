@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,15 @@ def prepare_episode(
     return row
 
 
+def _too_many(n: int, settings: Settings) -> ApiError:
+    return ApiError(
+        413,
+        "too_many_episodes",
+        f"the upload has {n} episodes; the limit is {settings.max_episodes_per_upload} "
+        "per upload (setting CREDITLENS_MAX_EPISODES_PER_UPLOAD). Split the file.",
+    )
+
+
 def create_batch(
     session: Session,
     episodes: list[EpisodeIn],
@@ -273,19 +283,39 @@ def create_batch(
 
     ``lines``: the file line of each episode, for error messages. Returns the new ids, slugs and
     URLs, and the batch's delete token (shown once; only its hash is stored)."""
-    if not episodes:
-        raise ApiError(422, "empty_upload", "the upload holds no episodes.")
     if settings is not None and len(episodes) > settings.max_episodes_per_upload:
-        raise ApiError(
-            413,
-            "too_many_episodes",
-            f"the upload has {len(episodes)} episodes; the limit is {settings.max_episodes_per_upload} "
-            "per upload (setting CREDITLENS_MAX_EPISODES_PER_UPLOAD). Split the file.",
-        )
-    rows = [
-        prepare_episode(ep, episode=i + 1, line=(lines[i] if lines else None), settings=settings)
-        for i, ep in enumerate(episodes)
-    ]
+        raise _too_many(len(episodes), settings)
+    items = zip(lines if lines else [None] * len(episodes), episodes, strict=True)
+    return create_batch_streaming(session, items, name=name, source=source, meta=meta, settings=settings)
+
+
+def create_batch_streaming(
+    session: Session,
+    items: Iterable[tuple[int | None, EpisodeIn]],
+    *,
+    name: str,
+    source: str,
+    meta: dict | None = None,
+    settings: Settings | None = None,
+) -> CreatedBatch:
+    """:func:`create_batch` over ``(line, episode)`` pairs produced lazily (uploads): each episode is
+    validated and encoded as it is parsed, so only compact rows are held, never every episode's
+    Python lists at once. Nothing is written until all of them passed."""
+    rows = []
+    limit = settings.max_episodes_per_upload if settings is not None else None
+    for i, (line, ep) in enumerate(items):
+        if limit is not None and i >= limit:
+            raise _too_many(i + 1 + sum(1 for _ in items), settings)
+        rows.append(prepare_episode(ep, episode=i + 1, line=line, settings=settings))
+    if not rows:
+        raise ApiError(422, "empty_upload", "the upload holds no episodes.")
+    return _store_rows(session, rows, name=name, source=source, meta=meta)
+
+
+def _store_rows(
+    session: Session, rows: list[dict], *, name: str, source: str, meta: dict | None
+) -> CreatedBatch:
+    """Write a batch and its prepared episode rows in one transaction."""
     delete_token = secrets.token_urlsafe(24)
     try:
         batch = Batch(

@@ -9,9 +9,9 @@ from sqlmodel import Session
 
 from ..db import SessionDep
 from ..errors import ApiError
-from ..ingest import formats, parse_upload
+from ..ingest import formats, iter_upload
 from ..schemas import UploadOut
-from ..store import create_batch
+from ..store import create_batch_streaming
 from ._json import json_response
 from .deps import require_write
 
@@ -45,14 +45,13 @@ def ingest(
     session: Session, data: bytes, fmt: str | None, name: str | None, filename: str | None, settings
 ) -> dict:
     """Parse, validate and store one upload; the 201 body."""
-    parsed = parse_upload(data, fmt=fmt, filename=filename)
-    created = create_batch(
+    fmt, items = iter_upload(data, fmt=fmt, filename=filename)
+    created = create_batch_streaming(
         session,
-        parsed.episodes,
-        name=name or filename or f"upload ({parsed.format})",
-        source=f"upload:{parsed.format}",
-        meta={"format": parsed.format, "filename": filename},
-        lines=parsed.lines,
+        items,
+        name=name or filename or f"upload ({fmt})",
+        source=f"upload:{fmt}",
+        meta={"format": fmt, "filename": filename},
         settings=settings,
     )
     return created.model_dump()

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Iterator
 from functools import lru_cache
 from types import ModuleType
 
 from ..errors import ApiError
+from ..schemas import EpisodeIn
 from ._common import Parsed, first_object
 
-__all__ = ["Parsed", "formats", "detect", "parse_upload"]
+__all__ = ["Parsed", "formats", "detect", "parse_upload", "iter_upload"]
 
 
 @lru_cache
@@ -78,3 +80,35 @@ def parse_upload(
         if isinstance(ep.meta, dict):
             ep.meta.setdefault("source", source or f"upload:{fmt}")
     return parsed
+
+
+def iter_upload(
+    data: bytes, fmt: str | None = None, filename: str | None = None
+) -> tuple[str, Iterator[tuple[int | None, EpisodeIn]]]:
+    """(format name, lazy ``(line, episode)`` pairs): formats with ``iter_parse`` yield episodes as
+    they parse them, so an upload never holds every episode's Python lists at once."""
+    if not data or not data.strip():
+        raise ApiError(422, "empty_upload", "the upload is empty.")
+    if fmt in (None, "", "auto"):
+        fmt = detect(data, filename)
+    mod = formats().get(fmt)
+    if mod is None:
+        raise ApiError(
+            422,
+            "unknown_format",
+            f"format {fmt!r} is not known; choose one of: auto, {', '.join(formats())}.",
+            field="format",
+        )
+
+    def gen() -> Iterator[tuple[int | None, EpisodeIn]]:
+        if hasattr(mod, "iter_parse"):
+            pairs = mod.iter_parse(data, filename)
+        else:
+            parsed = mod.parse(data, filename)
+            pairs = zip(parsed.lines, parsed.episodes, strict=True)
+        for line, ep in pairs:
+            if isinstance(ep.meta, dict):
+                ep.meta.setdefault("source", f"upload:{fmt}")
+            yield line, ep
+
+    return fmt, gen()

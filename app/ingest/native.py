@@ -3,6 +3,8 @@ JSON Schema at GET /api/schema/episode)."""
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -13,7 +15,6 @@ from ._common import (
     Record,
     looks_like_jsonl,
     read_records,
-    split_lines,
     validate_native,
     validation_error,
 )
@@ -29,19 +30,28 @@ def sniff(data: bytes, first: Any) -> bool:
     return isinstance(first, dict) and "tokens" in first and "kinds" in first
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    out = Parsed(NAME)
+def iter_parse(data: bytes, filename: str | None = None) -> Iterator[tuple[int | None, EpisodeIn]]:
+    """Lazy ``(line, episode)`` pairs."""
     if looks_like_jsonl(data):
-        # Fast path: pydantic parses and validates each line in one pass (no intermediate dicts).
-        for n, (line, raw) in enumerate(split_lines(data), start=1):
+        # Fast path: pydantic parses and validates each line in one pass (no intermediate dicts),
+        # reading lines lazily from the buffer.
+        n = 0
+        for line, raw in enumerate(io.BytesIO(data), start=1):
+            if not raw.strip():
+                continue
+            n += 1
             try:
-                ep = EpisodeIn.model_validate_json(raw)
+                yield line, EpisodeIn.model_validate_json(raw)
             except ValidationError as e:
                 raise validation_error(e, Record(line, n, None)) from None
-            out.episodes.append(ep)
-            out.lines.append(line)
-        return out
+        return
     for rec in read_records(data):
-        out.episodes.append(validate_native(rec.obj, rec))
-        out.lines.append(rec.line)
+        yield rec.line, validate_native(rec.obj, rec)
+
+
+def parse(data: bytes, filename: str | None = None) -> Parsed:
+    out = Parsed(NAME)
+    for line, ep in iter_parse(data, filename):
+        out.episodes.append(ep)
+        out.lines.append(line)
     return out
