@@ -111,8 +111,8 @@ def _deterministic(seed: int):
 def fit_critic(
     episodes: list[EpisodeIn],
     *,
-    steps: int = 300,
-    lr: float = 3e-3,
+    steps: int = 80,
+    lr: float = 1e-2,
     batch_size: int = 32,
     seed: int = 0,
     warm_start: TinyCritic | None = None,

@@ -37,7 +37,7 @@ class SampleRequest(BaseModel):
         0.0, ge=0.0, le=1.0, description="reward -call_cost on the last token of each call"
     )
     max_calls: int = Field(8, ge=1, le=40, description="recording cut: longer episodes are truncated")
-    critic_steps: int = Field(150, ge=1, le=3000, description="Adam steps of the critic fit")
+    critic_steps: int = Field(80, ge=1, le=3000, description="Adam steps of the critic fit")
     truth: Literal["exact", "mc"] = Field(
         "exact", description="meta.turn_values: exact (dynamic programming) or Monte Carlo continuations"
     )

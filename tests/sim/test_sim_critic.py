@@ -11,15 +11,14 @@ from app.sim.env import sample_batch
 def fitted():
     train = sample_batch(20, 8, seed=0)
     fresh = sample_batch(20, 8, seed=99)
-    # Fewer, larger steps than the service default (150 at lr 5e-3) to keep the suite quick.
-    model, losses = fit_critic(train, steps=80, lr=1e-2, seed=0)
+    model, losses = fit_critic(train, seed=0)  # the service default: 80 Adam steps at lr 1e-2
     return train, fresh, model, losses
 
 
 def test_critic_learns_with_positive_explained_variance(fitted):
     train, fresh, model, losses = fitted
     report = critic_report(model, train, fresh, losses)
-    # Measured 0.70 on training and 0.48 on fresh episodes; a mean predictor scores 0.
+    # Measured 0.77-0.79 on training and 0.52-0.56 on fresh episodes; a mean predictor scores 0.
     assert report["explained_variance_train"] > 0.5
     assert report["explained_variance_fresh"] > 0.25
     assert sum(losses[-20:]) < 0.5 * sum(losses[:20])
