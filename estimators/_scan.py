@@ -32,10 +32,14 @@ def _roundup(n: int, k: int) -> int:
 class Layout:
     """Where each policy token of a ``[B, T]`` batch sits in a left-aligned ``[B, W]`` buffer.
 
+    Column 0 is a dummy that every non-policy position points at (kept at 0); the k-th policy
+    token of a row (k = 1, 2, ...) sits in column k: ``idx = cumsum(mask)``, 0 off-mask (two
+    passes). Columns ``counts + 1 ..`` are zeros.
+
     m:      [B, T] bool policy mask.
-    idx:    [B, T] long; a policy token's compressed column, the dummy column ``W - 1`` elsewhere.
-    counts: [B] long number of policy tokens per row (columns ``[0, counts)`` hold data).
-    width:  W; a multiple of :data:`CHUNK` with at least two zero columns after the longest row
+    idx:    [B, T] long; a policy token's compressed column (1-based), 0 elsewhere.
+    counts: [B] long number of policy tokens per row (columns ``1 .. counts`` hold data).
+    width:  W; a multiple of :data:`CHUNK` with at least one zero column after the longest row
             (so W is about the longest row's policy-token count, not T).
     """
 
@@ -45,15 +49,16 @@ class Layout:
     width: int
 
     def scatter(self, x: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-        """[B, T] -> [B, W]: policy entries packed left, zeros elsewhere."""
+        """[B, T] -> [B, W]: policy entries packed left from column 1, zeros elsewhere."""
         dtype = dtype or x.dtype
         buf = torch.zeros(self.idx.shape[0], self.width, dtype=dtype, device=x.device)
-        buf.scatter_(1, self.idx, x.to(dtype))
-        buf[:, -1] = 0
+        buf.scatter_(1, self.idx, x if x.dtype == dtype else x.to(dtype))
+        buf[:, 0] = 0
         return buf
 
     def gather(self, buf: Tensor) -> Tensor:
-        """[B, W] -> [B, T]; requires ``buf[:, -1] == 0`` so off-mask positions get 0."""
+        """[B, W] -> [B, T]. Zeroes ``buf[:, 0]`` (in place) so off-mask positions get 0."""
+        buf[:, 0] = 0
         return torch.gather(buf, 1, self.idx)
 
 
@@ -63,26 +68,26 @@ def as_bool_mask(mask: Tensor) -> Tensor:
 
 
 def compress(mask: Tensor, extra: int = 1) -> Layout:
-    """Layout of the policy positions of ``mask`` [B, T] (see :class:`Layout`)."""
+    """Layout of the policy positions of ``mask`` [B, T] (see :class:`Layout`); ``extra`` zero
+    columns are guaranteed after the longest row."""
     if mask.ndim != 2:
         raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
     m = as_bool_mask(mask)
     B, T = m.shape
-    # cumsum over an integer tensor is much faster than over bool on CPU; an int64 0/1 mask
-    # (verl's dtype) is used as is.
-    src = mask if mask.dtype == torch.int64 and _is_binary_hint(mask) else m.to(torch.int64)
-    pos = torch.cumsum(src, 1)
+    pos = None
+    if mask.dtype == torch.int64 and mask.numel():
+        # verl's int64 0/1 mask feeds cumsum as is (no bool -> int64 conversion pass).
+        lo, hi = torch.aminmax(mask)
+        if int(lo) >= 0 and int(hi) <= 1:
+            pos = torch.cumsum(mask, 1)
+    if pos is None:
+        pos = torch.cumsum(m.view(torch.uint8), 1, dtype=torch.int64)
     counts = pos[:, -1].clone() if T > 0 else torch.zeros(B, dtype=torch.int64, device=m.device)
     longest = int(counts.max().item()) if B and T else 0
     # Only as wide as the longest row (not T): tool spans make this much narrower.
-    width = _roundup(longest + extra + 1, CHUNK)
-    pos.sub_(1).masked_fill_(~m, width - 1)
+    width = _roundup(longest + 1 + extra, CHUNK)
+    pos.masked_fill_(~m, 0)  # (mul_ by a bool tensor would convert it to int64 first)
     return Layout(m=m, idx=pos, counts=counts, width=width)
-
-
-def _is_binary_hint(mask: Tensor) -> bool:
-    """An int64 mask can feed cumsum directly only if it is 0/1 (min and max: no allocation)."""
-    return mask.numel() == 0 or (int(mask.min()) >= 0 and int(mask.max()) <= 1)
 
 
 @lru_cache(maxsize=256)

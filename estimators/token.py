@@ -67,12 +67,13 @@ def _bootstrap(last_value: Tensor | None, B: int, dtype: torch.dtype, device) ->
 
 
 def _add_at_end(buf: Tensor, counts: Tensor, x: Tensor) -> None:
-    """buf[b, counts[b] - 1] += x[b] for rows with counts > 0 (in place)."""
+    """buf[b, counts[b]] += x[b] (the row's last data column, 1-based layout) for rows with
+    counts > 0 (in place)."""
     rows = counts > 0
     if not bool(rows.any()):
         return
     r = rows.nonzero().squeeze(1)
-    buf[r, counts[r] - 1] += x[r]
+    buf[r, counts[r]] += x[r]
 
 
 @torch.no_grad()
@@ -119,7 +120,8 @@ def _compressed_rv(rewards, values, mask, last_value):
 def _deltas(r: Tensor, v: Tensor, counts: Tensor, gamma: float, lv: Tensor | None) -> Tensor:
     """Compressed TD errors: delta_i = r_i + gamma * V_{i+1} - V_i; V after the end = lv or 0.
 
-    Needs ``v[:, counts] == 0`` (compress leaves two zero columns after the longest row).
+    Needs ``v[:, counts + 1] == 0`` (compress leaves a zero column after the longest row). Column 0
+    (the dummy) gets garbage, which ``Layout.gather`` discards.
     """
     delta = torch.empty_like(r)
     torch.add(r[:, :-1], v[:, 1:], alpha=gamma, out=delta[:, :-1])
@@ -211,7 +213,7 @@ def _check_coeffs(gamma: float, lam: float) -> None:
 
 
 def _turns(mask: Tensor, turn_ids: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(turn index [B, T] long with -1 off-mask, first-token-of-its-turn [B, T] bool)."""
+    """(1-based turn column [B, T] long with 0 off-mask, first-token-of-its-turn [B, T] bool)."""
     m = as_bool_mask(mask)
     B, T = m.shape
     if T == 0:
@@ -227,10 +229,11 @@ def _turns(mask: Tensor, turn_ids: Tensor | None) -> tuple[Tensor, Tensor]:
         tid = torch.zeros(B, lay.width, dtype=torch.long, device=m.device)
         tid.scatter_(1, lay.idx, turn_ids.long())
         new = torch.ones_like(tid, dtype=torch.bool)
-        new[:, 1:] = tid[:, 1:] != tid[:, :-1]  # compare with the previous *policy* token
+        # Compare with the previous *policy* token (column 1 holds the first one; 0 is the dummy).
+        new[:, 2:] = tid[:, 2:] != tid[:, 1:-1]
         start = torch.gather(new, 1, lay.idx) & m
-    ix = torch.cumsum(start, 1) - 1
-    return ix.masked_fill_(~m, -1), start
+    col = torch.cumsum(start.view(torch.uint8), 1, dtype=torch.int64)
+    return col.masked_fill_(~m, 0), start
 
 
 @torch.no_grad()
@@ -241,7 +244,7 @@ def turn_spans(mask: Tensor, turn_ids: Tensor | None = None) -> Tensor:
     policy token whose id differs from the previous policy token's id (ids at mask-0 positions are
     ignored, so a turn may span a tool output if its ids say so).
     """
-    return _turns(mask, turn_ids)[0]
+    return _turns(mask, turn_ids)[0].sub_(1)
 
 
 @torch.no_grad()
@@ -287,17 +290,17 @@ def turn_gae(
     m = as_bool_mask(mask)
     B, T = m.shape
     dtype = _out_dtype(rewards, values)
-    ti, first = _turns(m, turn_ids)
-    counts = (ti.amax(1) + 1).clamp(min=0) if T else torch.zeros(B, dtype=torch.long)
+    # idx: 1-based turn column, 0 (the dummy column) off-mask; the same layout as compress().
+    idx, first = _turns(m, turn_ids)
+    counts = first.sum(1)
     nmax = int(counts.max().item()) if B else 0
     width = _roundup(nmax + 2, CHUNK)
-    idx = torch.where(m, ti, width - 1)
     r = torch.zeros(B, width, dtype=dtype, device=m.device)
     r.scatter_add_(1, idx, rewards.to(dtype))
-    r[:, -1] = 0
+    r[:, 0] = 0
     v = torch.zeros(B, width, dtype=dtype, device=m.device)
-    v.scatter_(1, torch.where(first, ti, width - 1), values.to(dtype))
-    v[:, -1] = 0
+    v.scatter_(1, torch.where(first, idx, 0), values.to(dtype))
+    v[:, 0] = 0
     lv = _bootstrap(last_value, B, dtype, m.device)
     adv, targets = _gae_compressed(r, v, counts, float(gamma), float(lam), lv)
     lay = Layout(m=m, idx=idx, counts=counts, width=width)

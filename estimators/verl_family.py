@@ -159,9 +159,7 @@ def tir_optimal_token_baseline(
     if handle_zero_tail and B:
         uniq, second = _zero_tail_rows(lay.counts, inv, G, member)
         cnt = torch.zeros(G, dtype=torch.long).index_add_(0, inv, member.long())
-        cols = torch.arange(lay.width, device=g.device)[None, :]
-        tail = (uniq & (cnt[inv] > 1))[:, None] & (cols >= second[:, None])
+        ordinal = torch.arange(lay.width, device=g.device)[None, :] - 1  # column 0 is the dummy
+        tail = (uniq & (cnt[inv] > 1))[:, None] & (ordinal >= second[:, None])
         b = b.masked_fill(tail, 0)
-    adv_c = gc - b
-    adv_c[:, -1] = 0
-    return lay.gather(adv_c), g
+    return lay.gather(gc - b), g
