@@ -8,7 +8,8 @@ ARG TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    CREDITLENS_DATABASE_URL=sqlite:////data/creditlens.db
+    CREDITLENS_DATABASE_URL=sqlite:////data/creditlens.db \
+    CREDITLENS_HOME=/app
 
 RUN useradd --create-home --uid 10001 creditlens \
     && mkdir -p /data /app \

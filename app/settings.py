@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-ROOT = Path(__file__).resolve().parent.parent
+
+def _find_root() -> Path:
+    """Where templates/, static/, fixtures/ and migrations/ live: $CREDITLENS_HOME, else the source
+    checkout this package sits in, else the working directory (an installed, non-editable copy)."""
+    home = os.environ.get("CREDITLENS_HOME")
+    if home:
+        return Path(home).resolve()
+    here = Path(__file__).resolve().parent.parent
+    if (here / "templates").is_dir():
+        return here
+    return Path.cwd().resolve()
+
+
+ROOT = _find_root()
 
 
 class Settings(BaseSettings):

@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
 PG_URL = os.environ.get("CREDITLENS_TEST_PG_URL")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
