@@ -145,12 +145,13 @@ function renderCalls(d, rows, scale) {
     rows.map((r) => el("th", { scope: "col", class: "num" }, r.label)),
   );
   const body = el("tbody");
+  const calls = Array.isArray(d.episode?.meta?.calls) ? d.episode.meta.calls : [];
   for (const t of d.turns) {
     const tr = el(
       "tr",
       { tabindex: "0", dataset: { start: t.start } },
       el("td", {}, String(t.turn)),
-      el("td", { class: "call-text" }, clip(t.text || "", 80)),
+      el("td", { class: "call-text" }, clip((calls[t.turn] && calls[t.turn].action) || t.text || "", 80)),
       el("td", {}, t.effect ? el("span", { class: `effect effect-${t.effect}` }, t.effect) : "—"),
       el("td", { class: "num" }, fmt(t.reward)),
       el("td", { class: "num" }, fmt(t.value)),

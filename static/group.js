@@ -66,13 +66,41 @@ function render(g) {
     window.Plotly.newPlot(
       $("fig-adv"),
       traces,
-      { barmode: "group", height: 340, margin: { l: 56, r: 16, t: 10, b: 40 }, yaxis: { title: { text: "outcome advantage" } }, legend: { orientation: "h", y: 1.15 } },
+      { barmode: "group", height: 340, xaxis: { type: "category" }, margin: { l: 56, r: 16, t: 10, b: 40 }, yaxis: { title: { text: "outcome advantage" } }, legend: { orientation: "h", y: 1.15 } },
       plotlyConfig(`group-${g.group}`),
     );
   } else {
     $("fig-adv").textContent = "Plotly is not available (/vendor/plotly.min.js).";
   }
   document.body.dataset.ready = "1";
+  renderCalls(eps);
+}
+
+/** What each attempt did, call by call (meta.calls from each episode, when the data says). */
+async function renderCalls(eps) {
+  const box = $("calls");
+  if (!box || !eps.length || eps.length > 64) return;
+  const full = await Promise.all(eps.map((e) => fetchJSON(`/api/episodes/${encodeURIComponent(e.slug)}`).catch(() => null)));
+  if (!full.some((f) => f && Array.isArray(f.meta?.calls))) return;
+  const t = el("table", { class: "data", id: "calls-table" });
+  t.append(el("thead", {}, el("tr", {}, ["attempt", "reward", "calls"].map((h) => el("th", { scope: "col" }, h)))));
+  const body = el("tbody");
+  full.forEach((f, i) => {
+    const calls = (f && f.meta && Array.isArray(f.meta.calls) ? f.meta.calls : []).map((c) =>
+      el("span", { class: `effect effect-${c.effect || "other"}`, title: c.effect || "" }, c.action || c.effect || "call"),
+    );
+    body.append(
+      el(
+        "tr",
+        {},
+        el("td", {}, el("a", { href: `/e/${encodeURIComponent(eps[i].slug)}` }, `#${i + 1}`)),
+        el("td", { class: "num" }, fmt(eps[i].reward)),
+        el("td", { class: "chips" }, calls),
+      ),
+    );
+  });
+  t.append(body);
+  box.replaceChildren(el("h2", {}, "What each attempt did"), el("div", { class: "table-wrap" }, t));
 }
 
 let group = null;
