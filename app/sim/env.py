@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from app.schemas import EpisodeIn
 
-from .policy import FAIL, PASS, UNKNOWN, PolicyParams, State, transition
+from .policy import FAIL, KINDS, PASS, UNKNOWN, PolicyParams, State, kind_probs, transition
 from .tasks import OPS, TASKS, Task, run_tests
 from .truth import exact_values, mc_turn_values, sample_call
 
@@ -199,9 +199,14 @@ def sample_group(
             ep["turn_values"].append(round(values[state], 6))
             ep["calls"].append({"turn": turn, "action": call, "effect": step.effect})
             toks = _call_tokens(call)
-            # The whole call's log-probability sits on the decisive tokens: the kind (and the op).
+            # The decisions are the kind token and the op token: log pi(kind) and log pi(op | edit);
+            # "<call>" and "</call>" are forced (log-prob 0).
             lp = [0.0] * len(toks)
-            lp[1] = math.log(p)
+            if len(toks) == 4:
+                p_kind = kind_probs(params, state.located, state.known)[KINDS.index("edit")]
+                lp[1], lp[2] = math.log(p_kind), math.log(p / p_kind)
+            else:
+                lp[1] = math.log(p)
             ep["tokens"] += toks
             ep["kinds"] += ["policy"] * len(toks)
             ep["rewards"] += [0.0] * (len(toks) - 1) + [-call_cost]

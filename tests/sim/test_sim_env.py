@@ -76,6 +76,7 @@ def test_replayed_dynamics_effects_values_and_bootstrap(batch):
             assert tv == pytest.approx(v[s], abs=1e-6)
             p = dict(call_distribution(params, task, s))[c["action"]]
             assert sum(e.logprobs[a:b]) == pytest.approx(math.log(p), abs=1e-5)
+            assert e.logprobs[a] == 0.0 and e.logprobs[b - 1] == 0.0  # the forced tags
         if e.truncated:
             n_trunc += 1
             last = transition(task, states[-1], e.meta["calls"][-1]["action"]).next_state
