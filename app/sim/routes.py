@@ -5,16 +5,17 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel
 from sqlmodel import Session
 
 from app.api.deps import require_write
 from app.db import SessionDep
 from app.errors import ApiError, error_body
-from app.store import create_batch
+from app.store import CreatedEpisode, create_batch
 from app.templating import templates
 
 from .policy import PolicyParams
@@ -22,6 +23,36 @@ from .service import SampleRequest, run_sample
 from .tasks import TASKS
 
 router = APIRouter(tags=["samples"])
+
+
+class SampleOut(BaseModel):
+    """201 body of POST /api/samples (and of a finished job, plus state/progress)."""
+
+    batch_id: int
+    url: str
+    episodes: list[CreatedEpisode]
+    delete_token: str
+    diagnostics: dict[str, Any]
+
+
+class JobStarted(BaseModel):
+    job_id: str
+    url: str
+
+
+class JobOut(BaseModel):
+    """A background sampling job: state queued|running|done|error, progress 0..1."""
+
+    job_id: str
+    state: Literal["queued", "running", "done", "error"]
+    progress: float
+    batch_id: int | None = None
+    url: str | None = None
+    episodes: list[CreatedEpisode] | None = None
+    delete_token: str | None = None
+    diagnostics: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
 
 # Background jobs live in this process's memory: a job id is a random token, finished jobs are
 # kept for an hour (enough for the page that started them to pick up the result).
@@ -81,13 +112,14 @@ def _prune() -> None:
 @router.post(
     "/api/samples",
     status_code=201,
+    response_model=SampleOut,
     dependencies=[Depends(require_write)],
     summary="Sample a BugFix batch from the simulator and store it",
     responses={
         201: {
             "description": "the stored batch: batch_id, url, episodes [{id, slug, url}], delete_token, diagnostics"
         },
-        202: {"description": "with ?async=true: {job_id, url} to poll"},
+        202: {"model": JobStarted, "description": "with ?async=true: the job to poll"},
         422: {"description": "bad parameters (the one error shape)"},
     },
 )
@@ -116,7 +148,11 @@ def post_samples(
         raise ApiError(422, "invalid_sample", str(e)) from e
 
 
-@router.get("/api/samples/jobs/{job_id}", summary="State and progress of a background sampling job")
+@router.get(
+    "/api/samples/jobs/{job_id}",
+    response_model=JobOut,
+    summary="State and progress of a background sampling job",
+)
 def get_job(job_id: str) -> dict:
     """{"state": queued|running|done|error, "progress": 0..1, and when done: batch_id, url,
     episodes, diagnostics; on error: error}."""
