@@ -153,3 +153,25 @@ def test_demo_setting_loads_the_shipped_fixtures_on_start(tmp_path):
     with make_client(tmp_path, demo=True) as c:
         names = sorted(b["name"] for b in c.get("/api/batches").json())
     assert names == sorted(f.stem for f in files if f.read_text().strip())
+
+
+def test_diagnostics_agree_with_the_simulators_own_figures(client):
+    """The demo batch's diagnostics, computed by app/diagnostics.py from the stored episodes, equal
+    the figures the simulator computed independently when it generated the batch (and seed 000's
+    30% zero-variance share on the base agent)."""
+    from app.settings import ROOT
+
+    data = ROOT / "fixtures" / "demo" / "bugfix.jsonl"
+    meta = ROOT / "fixtures" / "demo" / "bugfix.meta.json"
+    if not (data.exists() and meta.exists()):
+        pytest.skip("fixtures/demo/bugfix.* not generated yet")
+    want = json.loads(meta.read_text())["diagnostics"]
+    r = client.post("/api/uploads", files={"file": ("bugfix.jsonl", data.read_bytes())})
+    d = client.get(f"/api/batches/{r.json()['batch_id']}").json()["diagnostics"]
+    assert d["zero_variance_share"] == pytest.approx(want["zero_variance_share"])
+    assert sorted(d["zero_variance_groups"]) == sorted(g["group"] for g in want["zero_variance_groups"])
+    assert d["pass_rate"] == pytest.approx(want["pass_rate"])
+    assert d["useless_credit_share"] == pytest.approx(want["useless_credit_share"])
+    for effect, w in want["credit_by_effect"].items():
+        if w.get("positive_credit_share"):
+            assert d["credit_by_effect"][effect]["share"] == pytest.approx(w["positive_credit_share"])
