@@ -41,6 +41,13 @@ def schemes() -> dict:
                 "needs_values": False,
                 "description": "A_k = r_k + gamma V_{k+1} - V_k with meta.turn_values; only for episodes that have them.",
             },
+            {
+                "name": "uploaded",
+                "label": "uploaded advantages",
+                "kind": "token",
+                "needs_values": False,
+                "description": "The advantages stored with the episode (meta.uploaded_advantages, e.g. from NeMo-RL dumps).",
+            },
         ]
         + [
             {
