@@ -195,6 +195,17 @@ zone.addEventListener("keydown", (e) => {
 });
 zone.setAttribute("tabindex", "0");
 
+// The upload formats the server knows (GET /api/formats), with their descriptions as tooltips.
+fetchJSON("/api/formats")
+  .then((formats) => {
+    const sel = $("up-format");
+    const keep = sel.value;
+    sel.replaceChildren(el("option", { value: "" }, "detect automatically"));
+    for (const f of formats) sel.append(el("option", { value: f.name, title: f.description }, `${f.name}: ${f.description}`));
+    sel.value = keep;
+  })
+  .catch(() => {});
+
 if (init.view) {
   $("q").value = init.view.q || "";
   $("source").value = init.view.source || "";

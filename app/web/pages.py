@@ -14,7 +14,10 @@ from urllib.parse import quote
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from sqlmodel import select
 
+from ..db import SessionDep
+from ..models import Batch, Episode
 from ..templating import templates
 from . import state as st
 from .talk import STEPS, step_or_none
@@ -59,6 +62,10 @@ def render(request: Request, name: str, ctx: dict, status_code: int = 200) -> HT
     return templates.TemplateResponse(request, name, ctx, status_code=status_code)
 
 
+def not_found_page(request: Request, what: str) -> HTMLResponse:
+    return render(request, "not_found.html", {"what": what}, status_code=404)
+
+
 @router.get("/", response_class=HTMLResponse)
 async def home(request: Request) -> Response:
     """Home: batches (search ``q``, filter ``source``) and the upload form."""
@@ -73,7 +80,7 @@ async def home(request: Request) -> Response:
 
 
 @router.get("/e/{slug}", response_class=HTMLResponse)
-async def episode_page(request: Request, slug: str) -> Response:
+async def episode_page(request: Request, slug: str, session: SessionDep) -> Response:
     """One episode: stacked token strips, controls, per-call table. State = query string."""
     catalog = st.scheme_catalog()
     view = st.EpisodeView.from_query(dict(request.query_params), {s["name"] for s in catalog})
@@ -81,6 +88,10 @@ async def episode_page(request: Request, slug: str) -> Response:
     page = {"page": "episode", "slug": slug, "view": view.to_dict(), "query": view.query()}
     if wants_json(request):
         return await json_twin(request, page, api)
+    # Only the small columns: the page needs to know the episode exists and its task.
+    head = session.exec(select(Episode.task, Episode.n_tokens).where(Episode.slug == slug)).first()
+    if head is None:
+        return not_found_page(request, f"Episode {slug}")
     initial = {
         **page,
         "api": api,
@@ -91,16 +102,19 @@ async def episode_page(request: Request, slug: str) -> Response:
         "defaults": st.EpisodeView().to_dict(),
     }
     nums = {"gamma": st.fmt_num(view.gamma), "lam": st.fmt_num(view.lam)}
-    return render(request, "episode.html", {"initial": initial, "slug": slug, "view": view, "nums": nums})
+    ctx = {"initial": initial, "slug": slug, "view": view, "nums": nums, "task": head[0]}
+    return render(request, "episode.html", ctx)
 
 
 @router.get("/b/{batch_id}", response_class=HTMLResponse)
-async def batch_page(request: Request, batch_id: int) -> Response:
+async def batch_page(request: Request, batch_id: int, session: SessionDep) -> Response:
     """One batch: diagnostics (Plotly) and its episodes."""
     api = f"/api/batches/{batch_id}"
     page = {"page": "batch", "batch_id": batch_id, "view": {"q": request.query_params.get("q", "")}}
     if wants_json(request):
         return await json_twin(request, page, api)
+    if not 0 < batch_id < 2**63 or session.exec(select(Batch.id).where(Batch.id == batch_id)).first() is None:
+        return not_found_page(request, f"Batch {batch_id}")
     return render(request, "batch.html", {"initial": {**page, "api": api}, "batch_id": batch_id})
 
 

@@ -101,6 +101,8 @@ def test_json_twins_and_security_headers(server, demo):
         same = c.get(f"/e/{slug}?scheme=td&lam=0", headers={"accept": "application/json"}).json()
         assert same["data"] == body["data"]
         assert c.get("/e/no-such-episode?format=json").json()["error"]["status"] == 404
+        assert c.get("/e/no-such-episode").status_code == 404
+        assert c.get("/b/987654").status_code == 404
         b = c.get(f"/b/{demo['bugfix']['batch_id']}?format=json").json()
         assert b["data"]["diagnostics"]["zero_variance_share"] == pytest.approx(0.25)
         g = c.get(f"/b/{demo['bugfix']['batch_id']}/g/limit", params={"format": "json"}).json()
