@@ -12,10 +12,18 @@ try:
 
     def dumps(obj: Any) -> bytes:
         return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
-except ImportError:  # pragma: no cover
+except ImportError:  # pragma: no cover - orjson is a dependency; this keeps the API working without it
+    import numpy as np
+
+    def _default(o: Any) -> Any:
+        if isinstance(o, np.ndarray):
+            return [None if (isinstance(x, float) and x != x) else x for x in o.tolist()]  # NaN -> null
+        if isinstance(o, np.generic):
+            return o.item()
+        raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
     def dumps(obj: Any) -> bytes:
-        return json.dumps(obj, allow_nan=False).encode()
+        return json.dumps(obj, default=_default).encode()
 
 
 def json_response(obj: Any, status_code: int = 200) -> Response:
