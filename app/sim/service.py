@@ -37,11 +37,11 @@ class SampleRequest(BaseModel):
         0.0, ge=0.0, le=1.0, description="reward -call_cost on the last token of each call"
     )
     max_calls: int = Field(8, ge=1, le=40, description="recording cut: longer episodes are truncated")
-    critic_steps: int = Field(80, ge=1, le=3000, description="Adam steps of the critic fit")
+    critic_steps: int = Field(80, ge=1, le=1000, description="Adam steps of the critic fit")
     truth: Literal["exact", "mc"] = Field(
         "exact", description="meta.turn_values: exact (dynamic programming) or Monte Carlo continuations"
     )
-    n_rollouts: int = Field(16, ge=1, le=1024, description="continuations per turn when truth = mc")
+    n_rollouts: int = Field(16, ge=1, le=256, description="continuations per turn when truth = mc")
     name: str | None = Field(None, max_length=200)
 
     @field_validator("policy")
