@@ -34,6 +34,10 @@ async function loadBatches() {
 }
 
 function renderBatches(list) {
+  if (!list.length) {
+    $("batches").replaceChildren();
+    return;
+  }
   const head = el(
     "tr",
     {},
@@ -163,7 +167,7 @@ async function upload(file) {
 
 input.addEventListener("change", () => {
   pending = input.files[0] || null;
-  if (pending) zone.querySelector("strong").textContent = pending.name;
+  $("chosen").textContent = pending ? `Selected: ${pending.name}` : "";
 });
 form.addEventListener("submit", (e) => {
   e.preventDefault();

@@ -36,10 +36,12 @@ export class ApiError extends Error {
   }
   /** "message (line 3, episode 2, field values)" */
   describe() {
+    // Only the parts the server's sentence does not already say.
     const where = [];
-    if (this.line !== null) where.push(`line ${this.line}`);
-    if (this.episode !== null) where.push(`episode ${this.episode}`);
-    if (this.field !== null) where.push(`field ${this.field}`);
+    const m = this.message;
+    if (this.line !== null && !m.includes(`line ${this.line}`)) where.push(`line ${this.line}`);
+    if (this.episode !== null && !m.includes(`episode ${this.episode}`)) where.push(`episode ${this.episode}`);
+    if (this.field !== null && !m.includes(`\`${this.field}\``) && !m.includes(`field ${this.field}`)) where.push(`field ${this.field}`);
     return where.length ? `${this.message} (${where.join(", ")})` : this.message;
   }
 }

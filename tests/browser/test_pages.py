@@ -151,3 +151,25 @@ def test_home_search_filters_batches(page, demo, server):
     page.wait_for_selector("#batches tr.detail table tbody tr")
     assert page.locator("#batches tr.detail table tbody tr").count() == 32
     shot(page, "home-search")
+
+
+def test_drag_and_drop_upload_shows_the_servers_error_next_to_the_file(page):
+    page.goto("/")
+    page.wait_for_selector('body[data-ready="1"]')
+    # A real drop event carrying a File (what a desktop drag delivers), first line not JSON.
+    page.evaluate(
+        """() => {
+          const dt = new DataTransfer();
+          dt.items.add(new File(['{"tokens": ["a"], oops\\n'], "dropped <b>.jsonl", {type: "application/x-ndjson"}));
+          const zone = document.getElementById("dropzone");
+          zone.dispatchEvent(new DragEvent("dragover", {dataTransfer: dt, bubbles: true, cancelable: true}));
+          zone.dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
+        }"""
+    )
+    item = page.locator(".file-item.bad")
+    item.wait_for()
+    assert item.locator(".fname").text_content() == "dropped <b>.jsonl"
+    text = item.locator(".file-error").text_content()
+    assert "line 1" in text
+    assert text.count("line 1") == 1  # the location is said once, not repeated
+    shot(page, "home-drop-error")
