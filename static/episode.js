@@ -146,7 +146,8 @@ function renderCalls(d, rows, scale) {
   );
   const body = el("tbody");
   const calls = Array.isArray(d.episode?.meta?.calls) ? d.episode.meta.calls : [];
-  for (const t of d.turns) {
+  const MAX_ROWS = 500; // a DOM table, unlike the strips; the CSV export has every turn
+  for (const t of d.turns.slice(0, MAX_ROWS)) {
     const tr = el(
       "tr",
       { tabindex: "0", dataset: { start: t.start } },
@@ -175,6 +176,9 @@ function renderCalls(d, rows, scale) {
       if (e.key === "Enter") go();
     });
     body.append(tr);
+  }
+  if (d.turns.length > MAX_ROWS) {
+    body.append(el("tr", {}, el("td", { colspan: String(5 + rows.length) }, `… ${d.turns.length - MAX_ROWS} more turns (hover the strips, or export CSV/JSON).`)));
   }
   table.replaceChildren(el("thead", {}, head), body);
 }

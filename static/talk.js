@@ -27,8 +27,12 @@ document.addEventListener("keydown", (e) => {
     go("/talk/1");
   } else if (k === "End" && !inStrip) {
     go(`/talk/${init.n_steps}`);
-  } else if (k === "Escape") {
+  } else if (k === "Escape" && !document.fullscreenElement) {
     go("/");
+  } else if ((k === "f" || k === "F") && !inStrip) {
+    // Full screen on request (browsers only allow it from a user gesture).
+    if (document.fullscreenElement) document.exitFullscreen();
+    else document.documentElement.requestFullscreen().catch(() => {});
   }
 });
 
