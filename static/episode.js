@@ -266,8 +266,10 @@ document.querySelectorAll("[data-export]").forEach((btn) =>
   btn.addEventListener("click", async () => {
     if (!data) return;
     const kind = btn.dataset.export;
-    if (kind === "png") download(await strip.toPNG(), exportName("png"));
-    else if (kind === "svg") download(new Blob([strip.toSVG()], { type: "image/svg+xml" }), exportName("svg"));
+    const ep = data.episode || {};
+    const caption = `creditlens · ${ep.task || slug} · γ=${qnum(state.gamma)} λ=${qnum(state.lam)} · ${state.baseline} · critic ${state.critic}`;
+    if (kind === "png") download(await strip.toPNG(caption), exportName("png"));
+    else if (kind === "svg") download(new Blob([strip.toSVG(caption)], { type: "image/svg+xml" }), exportName("svg"));
     else if (kind === "csv") download(new Blob([toCSV(data)], { type: "text/csv" }), exportName("csv"));
     else if (kind === "json") {
       const body = JSON.stringify({ view: { ...state, open: [...state.open] }, url: location.href, data }, null, 1);

@@ -9,6 +9,7 @@ const PAD_X = 3;
 const MAX_CHARS = 14;
 const GAP_Y = 8;
 const LABEL_W = 132;
+const CAPTION_H = 26;
 
 /** Visible form of a token: newline, tab and blank tokens get a glyph. */
 export function displayText(tok) {
@@ -493,14 +494,19 @@ export class TokenStrip {
   }
 
   /** PNG of the strips (canvas.toBlob). */
-  toPNG() {
+  toPNG(caption = "") {
     const { top, h } = this._exportRange();
+    const capH = caption ? CAPTION_H : 0;
     const dpr = 2;
     const c = document.createElement("canvas");
     c.width = this.width * dpr;
-    c.height = Math.ceil(h * dpr);
+    c.height = Math.ceil((h + capH) * dpr);
     const ctx = c.getContext("2d");
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, this.width, h + capH);
+    if (caption) this._paintCaption(ctx, caption);
+    ctx.setTransform(dpr, 0, 0, dpr, 0, capH * dpr);
     const savedCursor = this.cursor;
     this.cursor = null;
     this._paint(ctx, top, h, this.width);
@@ -508,9 +514,31 @@ export class TokenStrip {
     return new Promise((resolve) => c.toBlob(resolve, "image/png"));
   }
 
+  /** Caption line of an export: the text, then the colour scale (−max … +max). */
+  _paintCaption(ctx, caption) {
+    ctx.font = `${FONT_PX}px ui-monospace, "DejaVu Sans Mono", monospace`;
+    ctx.textBaseline = "middle";
+    ctx.textAlign = "left";
+    ctx.fillStyle = "#111";
+    const y = CAPTION_H / 2;
+    ctx.fillText(caption, 8, y);
+    const x0 = Math.min(this.width - 330, 16 + ctx.measureText(caption).width);
+    ctx.fillText(`−${fmt(this.scale)}`, x0, y);
+    const gx = x0 + 60;
+    for (let k = 0; k < 160; k++) {
+      const v = ((k / 159) * 2 - 1) * (this.scale || 1);
+      ctx.fillStyle = rgb(advColor(v, this.scale || 1));
+      ctx.fillRect(gx + k, y - 6, 1, 12);
+    }
+    ctx.fillStyle = "#111";
+    ctx.fillText(`+${fmt(this.scale)}`, gx + 166, y);
+  }
+
   /** SVG of the strips: rects and <text> nodes built through the DOM, so text is escaped. */
-  toSVG() {
-    const { top, h } = this._exportRange();
+  toSVG(caption = "") {
+    const { top, h: hStrip } = this._exportRange();
+    const capH = caption ? CAPTION_H : 0;
+    const h = hStrip + capH;
     const NS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(NS, "svg");
     svg.setAttribute("xmlns", NS);
@@ -526,11 +554,14 @@ export class TokenStrip {
       return n;
     };
     add("rect", { x: 0, y: 0, width: this.width, height: Math.ceil(h), fill: "#fff" });
+    if (caption) {
+      add("text", { x: 8, y: CAPTION_H / 2 + 4, fill: "#111" }, `${caption}   scale ±${fmt(this.scale)}: blue +, red −`);
+    }
     const first = Math.max(0, Math.floor(top / this.blockH));
-    const last = Math.min(this.lines.length - 1, Math.floor((top + h) / this.blockH));
+    const last = Math.min(this.lines.length - 1, Math.floor((top + hStrip) / this.blockH));
     for (let L = first; L <= last; L++) {
       const line = this.lines[L];
-      const y0 = GAP_Y / 2 + L * this.blockH - top;
+      const y0 = capH + GAP_Y / 2 + L * this.blockH - top;
       this.rows.forEach((row, r) => {
         const y = y0 + r * this.cellH;
         add("text", { x: this.labelW - 8, y: y + this.cellH / 2 + 4, "text-anchor": "end", fill: "#222" }, clip(row.label, Math.floor((this.labelW - 12) / this.charW)));
