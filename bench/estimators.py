@@ -7,28 +7,20 @@
 * GRPO / RLOO at B=4096 in groups of 8 (T=4096 for verl's token broadcast) against verl's
   ``grpo_vectorized`` / ``rloo_vectorized``.
 
-Times are medians of several runs after a warm-up, with ``torch.set_num_threads(2)``.
+Times are medians of several runs after a warm-up, timed round-robin (floor, ours, verl) so that
+the load of a shared machine hits all alike, with ``torch.set_num_threads(2)``; the load average
+is printed with the figures. ``*_best_s`` is the fastest run.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
 import torch
 
 from estimators import EstimatorInput, compute, gae, grpo, rloo, turn_gae
-
-
-def _median(fn, repeat: int = 7, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def agent_batch(B: int, T: int, seed: int = 0):
@@ -59,61 +51,89 @@ def _verl():
     return core_algos
 
 
+def _interleaved(fns: dict, rounds: int) -> dict:
+    """Median and best seconds of each fn, timed round-robin so load changes hit all alike."""
+    for fn in fns.values():
+        fn()  # warm-up
+    times: dict = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
+
+
 def run() -> dict:
     torch.set_num_threads(2)
-    out: dict = {}
+    out: dict = {"load_average_1min_at_start": round(os.getloadavg()[0], 2)}
     B, T = 256, 8192
     rewards, values, mask = agent_batch(B, T)
     out["gae.policy_token_share"] = round(mask.float().mean().item(), 3)
-
-    floor = _median(lambda: (rewards.clone(), values.clone(), mask.clone()), repeat=11)
-    ours = _median(lambda: gae(rewards, values, mask, 0.99, 0.95), repeat=9)
-    out["gae.B256_T8192.ours_s"] = round(ours, 4)
-    out["gae.B256_T8192.copy_floor_s"] = round(floor, 4)
-    out["gae.B256_T8192.ours_over_floor"] = round(ours / floor, 2)
     verl = _verl()
+
+    fns = {
+        "floor": lambda: (rewards.clone(), values.clone(), mask.clone()),
+        "ours": lambda: gae(rewards, values, mask, 0.99, 0.95),
+        "turn": lambda: turn_gae(rewards, values, mask, 0.99, 0.95),
+    }
+    # verl's loop takes seconds: time it in fewer rounds, interleaved with ours.
+    t = _interleaved(fns, rounds=9)
     if verl is not None:
-        theirs = _median(
-            lambda: verl.compute_gae_advantage_return(rewards, values, mask, 0.99, 0.95), repeat=3
+        tv = _interleaved(
+            {
+                "verl": lambda: verl.compute_gae_advantage_return(rewards, values, mask, 0.99, 0.95),
+                "ours": fns["ours"],
+                "floor": fns["floor"],
+            },
+            rounds=3,
         )
-        out["gae.B256_T8192.verl_s"] = round(theirs, 4)
-        out["gae.B256_T8192.speedup_vs_verl"] = round(theirs / ours, 1)
+    floor, ours = t["floor"][0], t["ours"][0]
+    out["gae.B256_T8192.ours_s"] = round(ours, 4)
+    out["gae.B256_T8192.ours_best_s"] = round(t["ours"][1], 4)
+    out["gae.B256_T8192.copy_floor_s"] = round(floor, 4)
+    out["gae.B256_T8192.copy_floor_best_s"] = round(t["floor"][1], 4)
+    out["gae.B256_T8192.ours_over_floor"] = round(ours / floor, 2)
+    if verl is not None:
+        out["gae.B256_T8192.verl_s"] = round(tv["verl"][0], 4)
+        out["gae.B256_T8192.verl_best_s"] = round(tv["verl"][1], 4)
+        # Ratio against our time measured in the same rounds as verl's.
+        out["gae.B256_T8192.speedup_vs_verl"] = round(tv["verl"][0] / tv["ours"][0], 1)
         # Same numbers (before verl's whitening), as a sanity check of what was timed.
         _, ret = verl.compute_gae_advantage_return(rewards, values, mask, 0.99, 0.95)
         a, _ = gae(rewards, values, mask, 0.99, 0.95)
         m = mask.bool()
         err = ((ret - values)[m] - a[m]).abs().max().item() / (ret - values)[m].abs().max().item()
         out["gae.B256_T8192.max_rel_diff_vs_verl_raw"] = float(f"{err:.2e}")
-
-    tg = _median(lambda: turn_gae(rewards, values, mask, 0.99, 0.95), repeat=7)
-    out["turn_gae.B256_T8192.ours_s"] = round(tg, 4)
-    out["turn_gae.B256_T8192.ours_over_floor"] = round(tg / floor, 2)
+    out["turn_gae.B256_T8192.ours_s"] = round(t["turn"][0], 4)
+    out["turn_gae.B256_T8192.ours_over_floor"] = round(t["turn"][0] / floor, 2)
 
     # Outcome estimators: B = 4096 in groups of 8.
     Bg, Tg = 4096, 4096
     g = torch.Generator().manual_seed(1)
     scores = (torch.rand(Bg, generator=g) < 0.3).float()
     labels = torch.arange(Bg) // 8
-    out["grpo.B4096.scores_only_ours_s"] = round(_median(lambda: grpo(scores, labels), repeat=9), 5)
-    out["rloo.B4096.scores_only_ours_s"] = round(_median(lambda: rloo(scores, labels), repeat=9), 5)
+    ts = _interleaved({"grpo": lambda: grpo(scores, labels), "rloo": lambda: rloo(scores, labels)}, rounds=9)
+    out["grpo.B4096.scores_only_ours_s"] = round(ts["grpo"][0], 5)
+    out["rloo.B4096.scores_only_ours_s"] = round(ts["rloo"][0], 5)
     rmask = torch.zeros(Bg, Tg, dtype=torch.int64)
     lengths = torch.randint(100, Tg, (Bg,), generator=g)
     rmask[torch.arange(Tg)[None, :] < lengths[:, None]] = 1
     r_tok = torch.zeros(Bg, Tg)
     r_tok[torch.arange(Bg), lengths - 1] = scores
     inp = EstimatorInput(rewards=r_tok, mask=rmask, groups=labels)
+    idx = labels.numpy()
+    fns = {"grpo": lambda: compute("grpo", inp), "rloo": lambda: compute("rloo", inp)}
+    if verl is not None:
+        fns["verl_grpo"] = lambda: verl.compute_grpo_vectorized_outcome_advantage(r_tok, rmask, idx)
+        fns["verl_rloo"] = lambda: verl.compute_rloo_vectorized_outcome_advantage(r_tok, rmask, idx)
+    t = _interleaved(fns, rounds=5)
     for name in ("grpo", "rloo"):
-        t_ours = _median(lambda name=name: compute(name, inp), repeat=5)
-        out[f"{name}.B4096_T4096.ours_s"] = round(t_ours, 4)
+        out[f"{name}.B4096_T4096.ours_s"] = round(t[name][0], 4)
         if verl is not None:
-            fn = {
-                "grpo": verl.compute_grpo_vectorized_outcome_advantage,
-                "rloo": verl.compute_rloo_vectorized_outcome_advantage,
-            }[name]
-            idx = labels.numpy()
-            t_verl = _median(lambda fn=fn, idx=idx: fn(r_tok, rmask, idx), repeat=5)
-            out[f"{name}.B4096_T4096.verl_vectorized_s"] = round(t_verl, 4)
-            out[f"{name}.B4096_T4096.speedup_vs_verl"] = round(t_verl / t_ours, 2)
+            out[f"{name}.B4096_T4096.verl_vectorized_s"] = round(t[f"verl_{name}"][0], 4)
+            out[f"{name}.B4096_T4096.speedup_vs_verl"] = round(t[f"verl_{name}"][0] / t[name][0], 2)
+    out["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
     return out
 
 

@@ -36,14 +36,12 @@ class Layout:
     token of a row (k = 1, 2, ...) sits in column k: ``idx = cumsum(mask)``, 0 off-mask (two
     passes). Columns ``counts + 1 ..`` are zeros.
 
-    m:      [B, T] bool policy mask.
     idx:    [B, T] long; a policy token's compressed column (1-based), 0 elsewhere.
     counts: [B] long number of policy tokens per row (columns ``1 .. counts`` hold data).
     width:  W; a multiple of :data:`CHUNK` with at least one zero column after the longest row
             (so W is about the longest row's policy-token count, not T).
     """
 
-    m: Tensor
     idx: Tensor
     counts: Tensor
     width: int
@@ -72,22 +70,25 @@ def compress(mask: Tensor, extra: int = 1) -> Layout:
     columns are guaranteed after the longest row."""
     if mask.ndim != 2:
         raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
-    m = as_bool_mask(mask)
-    B, T = m.shape
+    B, T = mask.shape
     pos = None
     if mask.dtype == torch.int64 and mask.numel():
-        # verl's int64 0/1 mask feeds cumsum as is (no bool -> int64 conversion pass).
+        # verl's int64 0/1 mask: cumsum and zero the off-mask entries with no bool/convert pass.
         lo, hi = torch.aminmax(mask)
         if int(lo) >= 0 and int(hi) <= 1:
             pos = torch.cumsum(mask, 1)
+            counts = pos[:, -1].clone()
+            pos.mul_(mask)
     if pos is None:
+        m = as_bool_mask(mask)
+        # cumsum over bytes is much faster than over bool on CPU.
         pos = torch.cumsum(m.view(torch.uint8), 1, dtype=torch.int64)
-    counts = pos[:, -1].clone() if T > 0 else torch.zeros(B, dtype=torch.int64, device=m.device)
+        counts = pos[:, -1].clone() if T > 0 else torch.zeros(B, dtype=torch.int64, device=mask.device)
+        pos.masked_fill_(~m, 0)  # (mul_ by a bool tensor would convert it to int64 first)
     longest = int(counts.max().item()) if B and T else 0
     # Only as wide as the longest row (not T): tool spans make this much narrower.
     width = _roundup(longest + 1 + extra, CHUNK)
-    pos.masked_fill_(~m, 0)  # (mul_ by a bool tensor would convert it to int64 first)
-    return Layout(m=m, idx=pos, counts=counts, width=width)
+    return Layout(idx=pos, counts=counts, width=width)
 
 
 @lru_cache(maxsize=256)

@@ -303,7 +303,7 @@ def turn_gae(
     v[:, 0] = 0
     lv = _bootstrap(last_value, B, dtype, m.device)
     adv, targets = _gae_compressed(r, v, counts, float(gamma), float(lam), lv)
-    lay = Layout(m=m, idx=idx, counts=counts, width=width)
+    lay = Layout(idx=idx, counts=counts, width=width)
     return lay.gather(adv), lay.gather(targets)
 
 
