@@ -105,6 +105,17 @@ def run() -> dict:
         m = mask.bool()
         err = ((ret - values)[m] - a[m]).abs().max().item() / (ret - values)[m].abs().max().item()
         out["gae.B256_T8192.max_rel_diff_vs_verl_raw"] = float(f"{err:.2e}")
+    # The same with one thread: on an oversubscribed machine (load average above the core count),
+    # every parallel op waits for its second thread to be scheduled; this shows how much of the
+    # 2-thread time is that wait rather than work.
+    torch.set_num_threads(1)
+    t1 = _interleaved({"floor": fns["floor"], "ours": fns["ours"]}, rounds=9)
+    torch.set_num_threads(2)
+    out["gae.B256_T8192.one_thread.ours_s"] = round(t1["ours"][0], 4)
+    out["gae.B256_T8192.one_thread.copy_floor_s"] = round(t1["floor"][0], 4)
+    out["gae.B256_T8192.one_thread.ours_over_floor"] = round(t1["ours"][0] / t1["floor"][0], 2)
+    if verl is not None:
+        out["gae.B256_T8192.one_thread.speedup_vs_verl_2threads"] = round(tv["verl"][0] / t1["ours"][0], 1)
     out["turn_gae.B256_T8192.ours_s"] = round(t["turn"][0], 4)
     out["turn_gae.B256_T8192.ours_over_floor"] = round(t["turn"][0] / floor, 2)
 
