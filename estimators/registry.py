@@ -26,8 +26,9 @@ class EstimatorInput:
     mask:      [B, T] policy-token mask (1 where the policy chose the token; 0 for prompt, template,
                tool output and padding). Any dtype; treated as ``mask != 0``.
     values:    [B, T] critic values, meaningful at policy positions only (None = no critic).
-    groups:    [B] integer group labels (attempts at the same task share a label); None = each
-               row is its own group... except for estimators documented otherwise.
+    groups:    [B] group labels (attempts at the same task share a label; any integer/float
+               tensor or a sequence of hashables such as strings; groups need not be
+               contiguous); None = the whole batch is ONE group.
     turn_ids:  [B, T] integer turn index per token (None = a turn is a maximal run of policy tokens).
     last_value:[B] bootstrap value for truncated rows (NaN or None = terminated, V = 0 after the end).
     gamma, lam: discount and GAE lambda, applied once per step (policy token, or turn).
@@ -50,7 +51,8 @@ class EstimatorInput:
 
     @property
     def scores(self) -> Tensor:
-        """[B] per-episode score: the sum of rewards over policy positions."""
+        """[B] per-episode score: the sum of rewards over policy positions (verl sums the whole
+        row without the mask; outcome estimators take ``score="unmasked"`` for that)."""
         return (self.rewards * (self.mask != 0).to(self.rewards.dtype)).sum(-1)
 
 
