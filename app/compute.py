@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from estimators import EstimatorInput, available
-from estimators import compute as run_estimator
+from estimators import compute as _compute
 
 from .errors import ApiError
 from .store import KIND_NAMES, POLICY, EpisodeArrays
@@ -69,6 +69,17 @@ class BatchContext:
                 )
             self._arrays = self.load_all()
         return self._arrays
+
+
+def run_estimator(name: str, inp: EstimatorInput, **params: Any):
+    """The registry call; an estimator's refusal of this input (ValueError/TypeError, e.g. "needs
+    logprobs") becomes a 422 naming the scheme instead of a 500."""
+    try:
+        return _compute(name, inp, **params)
+    except (ValueError, TypeError) as e:
+        raise ApiError(
+            422, "scheme_not_applicable", f"scheme {name!r} cannot run on this episode: {e}.", field="scheme"
+        ) from None
 
 
 def group_index(groups: Sequence[str | None]) -> torch.Tensor:

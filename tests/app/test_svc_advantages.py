@@ -196,3 +196,25 @@ def test_schemes_listing(client):
     assert body["default"] == ["outcome", "token_gae", "turn_gae"]
     for n in ("outcome", "oracle", "returns", "td", "token_gae", "turn_gae", "rloo", "grpo", "verl_gae"):
         assert n in names
+
+
+def test_every_registry_scheme_answers_200_or_a_clear_4xx(tmp_path):
+    """No scheme may crash the API: an estimator that cannot run on an episode (e.g. the optimal
+    token baseline without logprobs) is a 422 naming the scheme."""
+    from svc_helpers import FORMATS, make_client
+
+    from estimators import available
+
+    c = make_client(tmp_path)
+    c.raise_server_exceptions = False
+    with c:
+        for name in ("native.jsonl", "verl_batch.pt"):
+            r = c.post("/api/uploads", files={"file": (name, (FORMATS / name).read_bytes())})
+            slug = r.json()["episodes"][0]["slug"]
+            for scheme in available():
+                r = c.get(f"/api/episodes/{slug}/advantages", params={"scheme": scheme})
+                assert r.status_code in (200, 422), (name, scheme, r.text)
+                if r.status_code == 422:
+                    assert r.json()["error"]["field"] == "scheme" and scheme in r.json()["error"]["message"]
+                else:
+                    assert len(r.json()["schemes"][0]["advantages"]) == r.json()["n_tokens"]
