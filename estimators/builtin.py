@@ -30,6 +30,14 @@ def _dtype(inp: EstimatorInput) -> torch.dtype:
     return inp.rewards.dtype if inp.rewards.is_floating_point() else torch.get_default_dtype()
 
 
+def _whiten_or_zero(x: Tensor, m: Tensor) -> Tensor:
+    """verl's global masked whitening, times the mask. With fewer than 2 policy tokens in the
+    batch verl raises; here the result is 0 (there is nothing to whiten against)."""
+    if int(m.sum().item()) < 2:
+        return torch.zeros_like(x)
+    return whiten(x, m) * m
+
+
 def _float_mask(inp: EstimatorInput) -> Tensor:
     """A fresh [B, T] 0/1 copy of the mask in the rewards' dtype (callers may write into it)."""
     mk = inp.mask
@@ -131,7 +139,7 @@ def _turn_gae(inp: EstimatorInput) -> EstimatorOutput:
 def _verl_gae(inp: EstimatorInput) -> EstimatorOutput:
     a, t = T.gae(inp.rewards, inp.values, inp.mask, inp.gamma, inp.lam, inp.last_value)
     m = _mask(inp)
-    return EstimatorOutput(advantages=whiten(a, m) * m, value_targets=t, extras={"raw_advantages": a})
+    return EstimatorOutput(advantages=_whiten_or_zero(a, m), value_targets=t, extras={"raw_advantages": a})
 
 
 # ---- outcome / group schemes ----------------------------------------------------------------

@@ -8,7 +8,8 @@ Each function matches its verl counterpart on policy positions (tested to 1e-9 i
 * Every output is 0 on mask-0 positions. verl's ReMax returns/advantages and OTB/TIR returns keep the
   suffix sum on interior holes.
 * ``reinforce_plus_plus_baseline`` / ``reinforce_plus_plus`` whiten with :func:`stats.whiten`
-  (verl's global, token-weighted, unbiased masked whitening, eps 1e-8 on the variance).
+  (verl's global, token-weighted, unbiased masked whitening, eps 1e-8 on the variance). With fewer
+  than 2 policy tokens in the batch verl raises ValueError; we return 0 advantages.
 * OTB/TIR group members: as verl, a group with one member has baseline 0 (advantage = return);
   TIR excludes rows with no policy token from groups.
 """
@@ -32,13 +33,21 @@ __all__ = [
 ]
 
 
+def _whiten_or_zero(x: Tensor, m: Tensor) -> Tensor:
+    """verl's global masked whitening times the mask; 0 when the batch has fewer than 2 policy
+    tokens (verl raises ValueError there: there is nothing to whiten against)."""
+    if int(m.sum().item()) < 2:
+        return torch.zeros_like(x)
+    return whiten(x, m) * m
+
+
 @torch.no_grad()
 def reinforce_plus_plus(rewards: Tensor, mask: Tensor, gamma: float = 1.0) -> tuple[Tensor, Tensor]:
     """REINFORCE++ (verl): ``(advantages, returns)`` [B, T]; returns are the masked discounted
     returns-to-go, advantages their global masked whitening over the batch, 0 off-mask."""
     m = as_bool_mask(mask)
     g = returns_to_go(rewards, m, gamma)
-    return whiten(g, m) * m, g
+    return _whiten_or_zero(g, m), g
 
 
 @torch.no_grad()
@@ -52,7 +61,7 @@ def reinforce_plus_plus_baseline(scores: Tensor, mask: Tensor, groups=None) -> T
     centered = torch.where(st.count == 1, s.double(), st.centered)
     dtype = s.dtype if s.is_floating_point() else torch.get_default_dtype()
     x = centered.to(dtype)[:, None] * m.to(dtype)
-    return whiten(x, m) * m
+    return _whiten_or_zero(x, m)
 
 
 @torch.no_grad()

@@ -131,3 +131,20 @@ def test_registry_outcome_broadcast_and_episode_advantages():
     # verl's unmasked sum counts the 5.0: scores [6, 0, 0.5], mean 13/6.
     un = compute("group_mean", EstimatorInput(rewards=rewards, mask=mask), score="unmasked")
     assert un.extras["episode_advantages"][0].item() == pytest.approx(6 - 6.5 / 3)
+
+
+@pytest.mark.parametrize("name", ["verl_gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+def test_whitening_estimators_with_one_policy_token_give_zero(name):
+    # verl raises ValueError (unbiased variance of one token); the registry returns 0 instead.
+    inp = EstimatorInput(
+        rewards=torch.tensor([[0.0, 1.0]]), mask=torch.tensor([[0, 1]]), values=torch.tensor([[0.0, 0.5]])
+    )
+    assert compute(name, inp).advantages.tolist() == [[0.0, 0.0]]
+    with pytest.raises(ValueError):
+        E_whiten(inp.rewards, inp.mask)
+
+
+def E_whiten(x, m):
+    from estimators import whiten
+
+    return whiten(x, m)
