@@ -1,9 +1,10 @@
 """The two primitives every masked recursion is built from.
 
 1. **Compression** (:func:`compress`): policy positions of each row are packed to the left of a
-   ``[B, W]`` buffer (``pos = cumsum(mask) - 1``), so "the next policy position" is just "the next
-   column" and a masked recursion becomes a plain constant-coefficient one. Non-policy positions
-   all point at one dummy column (``W - 1``), kept at 0, so gathering back puts 0 off-mask.
+   ``[B, W]`` buffer (the k-th policy token of a row goes to column ``k = cumsum(mask)``, 1-based),
+   so "the next policy position" is just "the next column" and a masked recursion becomes a plain
+   constant-coefficient one. Non-policy positions all point at one dummy column (column 0), kept
+   at 0, so gathering back puts 0 off-mask. W is about the longest row's number of policy tokens.
 
 2. **Reverse linear scan** (:func:`reverse_scan`): ``A[i] = d[i] + c * A[i+1]`` (``A[W] = 0``)
    without a Python loop over time. Columns are cut into chunks of K; inside a chunk the sums are
