@@ -24,6 +24,7 @@ function query({ api = false } = {}) {
   ];
   if (!api && state.open.size) p.push(["open", [...state.open].sort((a, b) => a - b).join(",")]);
   if (!api && state.tok !== null && state.tok !== undefined) p.push(["tok", String(state.tok)]);
+  if (!api && state.chart) p.push(["chart", "1"]);
   return p.map(([k, v]) => `${k}=${encodeURIComponent(v).replace(/%2C/g, ",")}`).join("&");
 }
 
@@ -128,6 +129,7 @@ function render() {
   strip.setData(d, rows, { open: state.open, cursor: state.tok ?? null, scale });
   if (state.tok !== null && state.tok !== undefined) strip.scrollToToken(state.tok);
   renderCalls(d, rows, scale);
+  renderCallsChart();
   stripBox.dataset.ready = "1";
   stripBox.dataset.query = query();
 }
@@ -182,6 +184,57 @@ function renderCalls(d, rows, scale) {
   }
   table.replaceChildren(el("thead", {}, head), body);
 }
+
+// Plotly is 4.8 MB: loaded only when the chart is opened, so long episodes still open fast.
+let plotlyLoading = null;
+function loadPlotly() {
+  if (window.Plotly) return Promise.resolve();
+  if (!plotlyLoading) {
+    plotlyLoading = new Promise((resolve, reject) => {
+      const tag = el("script", { src: "/vendor/plotly.min.js" });
+      tag.addEventListener("load", resolve);
+      tag.addEventListener("error", reject);
+      document.head.append(tag);
+    });
+  }
+  return plotlyLoading;
+}
+
+async function renderCallsChart() {
+  const box = $("calls-chart-box");
+  if (!box.open || !data) return;
+  const node = $("calls-chart");
+  try {
+    await loadPlotly();
+  } catch (_) {
+    node.textContent = "Plotly is not available (/vendor/plotly.min.js).";
+    return;
+  }
+  const { plotlyConfig } = await import("./util.js");
+  const rows = rowsOf(data);
+  const calls = Array.isArray(data.episode?.meta?.calls) ? data.episode.meta.calls : [];
+  const x = data.turns.map((t) => `${t.turn}: ${clip((calls[t.turn] && calls[t.turn].action) || t.text || "", 24)}`);
+  const palette = ["#1d4f91", "#b2182b", "#e08214", "#4d9221", "#762a83", "#35978f", "#8c510a"];
+  const traces = rows.map((r, k) => ({
+    type: "bar",
+    name: r.label,
+    x,
+    y: data.turns.map((t) => (t.means ? t.means[r.name] : null)),
+    marker: { color: palette[k % palette.length] },
+  }));
+  window.Plotly.react(
+    node,
+    traces,
+    { barmode: "group", height: 360, margin: { l: 56, r: 16, t: 10, b: 90 }, yaxis: { title: { text: "mean advantage of the call" } }, xaxis: { type: "category", tickangle: -30, automargin: true }, legend: { orientation: "h", y: 1.15 } },
+    plotlyConfig(`creditlens-${slug}-calls`),
+  );
+  node.dataset.ready = "1";
+}
+$("calls-chart-box").addEventListener("toggle", () => {
+  state.chart = $("calls-chart-box").open;
+  syncUrl();
+  renderCallsChart();
+});
 
 function clip(s, n) {
   return s.length > n ? s.slice(0, n - 1) + "…" : s;

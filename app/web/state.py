@@ -103,6 +103,7 @@ class EpisodeView:
     schemes: rows shown, top to bottom. gamma, lam: discount and GAE lambda. baseline: group
     baseline of the `outcome` row. critic: "upload" (the episode's values) or "zero".
     open: start indices of tool spans shown expanded. tok: cursor token (or None).
+    chart: the per-call Plotly chart is open.
     """
 
     schemes: list[str] = field(default_factory=lambda: list(DEFAULT_SCHEMES))
@@ -112,6 +113,7 @@ class EpisodeView:
     critic: str = "upload"
     open: list[int] = field(default_factory=list)
     tok: int | None = None
+    chart: bool = False
 
     @classmethod
     def from_query(cls, q: dict[str, str], known: set[str] | None = None) -> EpisodeView:
@@ -135,6 +137,7 @@ class EpisodeView:
             critic=q.get("critic") if q.get("critic") in CRITICS else "upload",
             open=_int_list(q.get("open")),
             tok=int(tok_raw) if tok_raw.isdigit() else None,
+            chart=q.get("chart") == "1",
         )
 
     def query(self) -> str:
@@ -150,6 +153,8 @@ class EpisodeView:
             pairs.append(("open", ",".join(map(str, self.open))))
         if self.tok is not None:
             pairs.append(("tok", str(self.tok)))
+        if self.chart:
+            pairs.append(("chart", "1"))
         return urlencode(pairs, safe=",")
 
     def api_query(self) -> str:

@@ -243,3 +243,19 @@ def test_exports_png_svg_csv_json(page, server):
     assert [float(r["token_gae"]) if r["token_gae"] else None for r in rows] == gae
     body = json.loads(files["json"])
     assert body["data"] == api and body["view"]["lam"] == 0
+
+
+def test_per_call_chart_loads_plotly_only_on_demand(page, handbuilt_slug):
+    page.goto(f"/e/{handbuilt_slug}?scheme=returns&gamma=1")
+    wait_ready(page)
+    assert page.evaluate("typeof window.Plotly") == "undefined"
+    page.click("#calls-chart-box summary")
+    page.wait_for_selector('#calls-chart[data-ready="1"]')
+    # Returns-to-go per call with γ = 1 (seed 000 §7.1): call 1 = 0.7 on both tokens, call 2 = 0.8, call 3 = 0.9.
+    ys = page.evaluate("document.getElementById('calls-chart').data[0].y")
+    assert ys == pytest.approx([0.7, 0.8, 0.9])
+    assert not page.probe.csp_violations()
+    assert "chart=1" in page.url
+    shot(page, "episode-calls-chart")
+    page.goto(page.url)  # the open chart is part of the shared view
+    page.wait_for_selector('#calls-chart[data-ready="1"]')

@@ -6,12 +6,12 @@ from app.web.state import EpisodeView, advantages_api_url, episode_url
 
 
 def test_round_trip_and_canonical_form():
-    q = "scheme=td,token_gae&gamma=0.9&lam=0&baseline=grpo&critic=zero&open=7,2&tok=5"
+    q = "scheme=td,token_gae&gamma=0.9&lam=0&baseline=grpo&critic=zero&open=7,2&tok=5&chart=1"
     v = EpisodeView.from_query(dict(p.split("=") for p in q.split("&")))
     assert v.schemes == ["td", "token_gae"] and (v.gamma, v.lam) == (0.9, 0.0)
     assert (v.baseline, v.critic, v.open, v.tok) == ("grpo", "zero", [2, 7], 5)
     # Canonical: open sorted, numbers in short form (static/episode.js writes the same string).
-    assert v.query() == "scheme=td,token_gae&gamma=0.9&lam=0&baseline=grpo&critic=zero&open=2,7&tok=5"
+    assert v.query() == "scheme=td,token_gae&gamma=0.9&lam=0&baseline=grpo&critic=zero&open=2,7&tok=5&chart=1"
     assert EpisodeView.from_query(dict(p.split("=") for p in v.query().split("&"))) == v
     assert episode_url("a b", v).startswith("/e/a%20b?scheme=td,token_gae&")
     # The API URL carries the numbers' parameters only (not the cursor or expanded spans).
