@@ -88,7 +88,8 @@ def _returns(inp: EstimatorInput) -> EstimatorOutput:
 )
 def _td(inp: EstimatorInput) -> EstimatorOutput:
     d = T.td_errors(inp.rewards, inp.values, inp.mask, inp.gamma, inp.last_value)
-    return EstimatorOutput(advantages=d, value_targets=d + inp.values * _mask(inp))
+    # torch.where, not "* mask": values off-mask may be NaN/inf and must not leak.
+    return EstimatorOutput(advantages=d, value_targets=torch.where(_mask(inp), d + inp.values, 0))
 
 
 @register(
@@ -101,7 +102,7 @@ def _td(inp: EstimatorInput) -> EstimatorOutput:
 )
 def _nstep(inp: EstimatorInput, n: int = 5) -> EstimatorOutput:
     g = T.nstep_returns(inp.rewards, inp.values, inp.mask, n, inp.gamma, inp.last_value)
-    return EstimatorOutput(advantages=g - inp.values * _mask(inp), value_targets=g)
+    return EstimatorOutput(advantages=torch.where(_mask(inp), g - inp.values, 0), value_targets=g)
 
 
 @register(
