@@ -158,6 +158,32 @@ def _prefix(where: dict) -> str:
     return (", ".join(parts) + ": ") if parts else ""
 
 
+def _check_meta(meta: Any, n: int, n_turns: int, where: dict) -> None:
+    """The meta fields the service computes with must have the right shape (checked at upload,
+    so the advantages API never meets a malformed one)."""
+    if not isinstance(meta, dict):
+        raise ApiError(
+            422, "wrong_type", f"{_prefix(where)}field `meta` must be an object.", field="meta", **where
+        )
+    for key, want, what in (
+        ("turn_values", n_turns, "one value per turn"),
+        ("uploaded_advantages", n, "one advantage per token"),
+    ):
+        v = meta.get(key)
+        if v is None:
+            continue
+        ok = isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+        if not ok or not np.isfinite(np.asarray(v, dtype=F64)).all() or len(v) != want:
+            got = f"{len(v)} entries" if isinstance(v, list) else type(v).__name__
+            raise ApiError(
+                422,
+                "bad_meta",
+                f"{_prefix(where)}field `meta.{key}` must be a list of {want} finite numbers ({what}); got {got}.",
+                field=f"meta.{key}",
+                **where,
+            )
+
+
 def prepare_episode(
     ep: EpisodeIn, *, episode: int | None, line: int | None, settings: Settings | None = None
 ) -> dict[str, Any]:
@@ -226,11 +252,13 @@ def prepare_episode(
             )
     if ep.turn_ids is not None:
         tids = np.asarray(ep.turn_ids, dtype=np.int64)
-        if (tids[policy] < 0).any():
+        # 0 <= turn < T on policy tokens: per-turn arrays are sized by the largest index.
+        if ((tids[policy] < 0) | (tids[policy] >= n)).any():
             raise ApiError(
                 422,
                 "bad_turn_ids",
-                f"{_prefix(where)}field `turn_ids` has a negative turn index on a policy token.",
+                f"{_prefix(where)}field `turn_ids` needs a turn index between 0 and {n - 1} on every "
+                "policy token (-1 or anything is fine elsewhere).",
                 field="turn_ids",
                 **where,
             )
@@ -239,6 +267,7 @@ def prepare_episode(
     else:
         row["turn_ids"] = None
         n_turns = int(default_turn_ids(policy).max()) + 1
+    _check_meta(ep.meta, n, n_turns, where)
     eff = effective_rewards(kinds, rewards, ep.reward)
     score = float(eff[policy].sum())
     task = ep.meta.get("task") if isinstance(ep.meta, dict) else None

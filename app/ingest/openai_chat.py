@@ -98,7 +98,10 @@ def episode_from_messages(rec: Record) -> EpisodeIn:
             if turn < 0:
                 prompt_text.append(f"{role}:{text}")
     reward = as_float(obj.get("reward", obj.get("score")), rec, "reward")
-    meta = dict(obj.get("meta") or obj.get("metadata") or {})
+    meta = obj.get("meta") or obj.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise rec.error("wrong_type", "field `meta` must be an object.", "meta")
+    meta = dict(meta)
     meta.update(
         {k: v for k, v in scalar_meta(obj, {"reward", "score", "group", "uid"}).items() if k not in meta}
     )

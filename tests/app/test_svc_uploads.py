@@ -79,6 +79,9 @@ def test_slugs_are_long_random_and_not_sequential(client):
         ({"tokens": ["a", "b", 3, "d", "e"]}, "wrong_type", "tokens"),
         ({"reward": "high"}, "wrong_type", "reward"),
         ({"colour": "red"}, "unknown_field", "colour"),
+        ({"turn_ids": [-1, -1, 0, 0, 99]}, "bad_turn_ids", "turn_ids"),
+        ({"meta": {"turn_values": [0.5, 0.4]}}, "bad_meta", "meta.turn_values"),  # 2 values, 1 turn
+        ({"meta": {"uploaded_advantages": [1.0]}}, "bad_meta", "meta.uploaded_advantages"),
     ],
 )
 def test_bad_episode_names_line_episode_field_and_stores_nothing(client, bad, code, field):
