@@ -36,6 +36,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except Exception as e:
         print(f"creditlens: invalid settings: {e}", file=sys.stderr)
         return 2
+    if settings.demo and args.workers > 1:
+        # Several workers would each see an empty database and each load the demo: load it once
+        # here, before they start.
+        from sqlmodel import Session
+
+        from .db import init_db, make_engine
+        from .store import load_demo
+
+        engine = make_engine(settings.database_url)
+        init_db(engine)
+        with Session(engine) as session:
+            load_demo(session)
+        engine.dispose()
+        os.environ["CREDITLENS_DEMO"] = "false"
     host_shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     print(
         f"creditlens: serving on http://{host_shown}:{args.port}/  "
