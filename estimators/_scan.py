@@ -7,9 +7,10 @@
    at 0, so gathering back puts 0 off-mask. W is about the longest row's number of policy tokens.
 
 2. **Reverse linear scan** (:func:`reverse_scan`): ``A[i] = d[i] + c * A[i+1]`` (``A[W] = 0``)
-   without a Python loop over time. Columns are cut into chunks of K; inside a chunk the sums are
-   one matmul with the K x K matrix ``c^(j-i)`` (j >= i); the carries between chunks solve the same
-   problem with coefficient ``c^K`` one level up (recursively). Every power is <= 1, so the scan is
+   without a Python loop over time. Columns are cut into chunks of K (about sqrt(W)); inside a
+   chunk the sums are one matmul with the K x K matrix ``c^(j-i)`` (j >= i); the carries between
+   chunks solve the same problem with coefficient ``c^K``, one more matmul (recursively only for
+   rows longer than K^2). Every power is <= 1, so the scan is
    stable for any T and any ``c`` in [0, 1]; c = 0 and c = 1 are exact. The carries run in float64,
    so float32 inputs only see the rounding of K-term sums.
 """
@@ -22,7 +23,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-CHUNK = 32
+CHUNK = 32  # buffer widths are multiples of this
 
 
 def _roundup(n: int, k: int) -> int:
@@ -93,49 +94,66 @@ def compress(mask: Tensor, extra: int = 1) -> Layout:
 
 
 @lru_cache(maxsize=256)
-def _powers(c: float, k: int) -> tuple[Tensor, Tensor]:
-    """(U^T, tail): U[i, j] = c^(j-i) for j >= i else 0 (float64, [k, k]); tail[i] = c^(k-i)."""
+def _powers(c: float, k: int, stride: int = 1) -> tuple[Tensor, Tensor]:
+    """(U^T, tail) in float64: U[i, j] = c^(stride (j-i)) for j >= i else 0 ([k, k]);
+    tail[i] = c^(stride (k-i)). Every entry is <= 1."""
     i = torch.arange(k, dtype=torch.float64)
     e = i[None, :] - i[:, None]  # j - i
-    u = torch.where(e >= 0, torch.tensor(c, dtype=torch.float64) ** e.clamp(min=0), 0.0)
-    tail = torch.tensor(c, dtype=torch.float64) ** (k - i)
+    cs = torch.tensor(c, dtype=torch.float64) ** stride
+    u = torch.where(e >= 0, cs ** e.clamp(min=0), 0.0)
+    tail = cs ** (k - i)
     return u.T.contiguous(), tail
 
 
-def _mats(c: float, k: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
-    ut, tail = _powers(float(c), k)
+def _mats(c: float, k: int, dtype: torch.dtype, device, stride: int = 1) -> tuple[Tensor, Tensor]:
+    ut, tail = _powers(float(c), k, stride)
     return ut.to(dtype=dtype, device=device), tail.to(dtype=dtype, device=device)
 
 
-def reverse_scan(d: Tensor, c: float, chunk: int = CHUNK) -> Tensor:
+def _chunk_size(W: int) -> int:
+    """A chunk K (multiple of 32, dividing W when W is a multiple of 32) near sqrt(W), so both
+    levels are one matmul each: K MACs per element plus (W/K)^2 per row."""
+    target = max(32, int(W**0.5))
+    if W % 32 == 0:
+        cands = [k for k in range(32, min(W, 512) + 1, 32) if W % k == 0]
+        return min(cands, key=lambda k: abs(k - target))
+    return _roundup(target, 32)
+
+
+def reverse_scan(d: Tensor, c: float, chunk: int | None = None) -> Tensor:
     """Solve ``A[:, i] = d[:, i] + c * A[:, i+1]`` with ``A[:, W] = 0`` for ``d`` [B, W].
 
-    ``c`` in [0, 1]. Returns a new tensor of d's dtype. No Python loop over W: chunked matmuls,
-    recursion depth log_K(W).
+    ``c`` in [0, 1]. Returns a new tensor of d's dtype. No Python loop over W: a matmul inside
+    chunks of K columns and a matmul over the chunk carries (float64), recursing only when a row
+    has more than K^2 columns. Few, large ops: on a busy machine every op costs a thread handoff.
     """
     if not 0.0 <= c <= 1.0:
         raise ValueError(f"the scan coefficient must be in [0, 1], got {c}")
     B, W = d.shape
-    if W == 0:
+    if W == 0 or c == 0.0:
         return d.clone()
-    if c == 0.0:
-        return d.clone()
-    k = chunk
-    if W <= k:
+    if W <= 64:
         ut, _ = _mats(c, W, d.dtype, d.device)
         return d @ ut
+    k = chunk or _chunk_size(W)
     Wp = _roundup(W, k)
     x = d if Wp == W else torch.nn.functional.pad(d, (0, Wp - W))
     n = Wp // k
     ut, tail = _mats(c, k, d.dtype, d.device)
-    local = (x.reshape(B * n, k) @ ut).reshape(B, n, k)
-    # A at the start of chunk m = local head + c^K * A at the start of chunk m+1: same problem.
-    heads = local[:, :, 0].to(torch.float64)
-    starts = reverse_scan(heads, float(c) ** k, chunk)
-    nxt = torch.zeros_like(starts)
-    nxt[:, :-1] = starts[:, 1:]
-    # A = local + c^(K-i) * (A at the start of the next chunk): one rank-1 update per chunk.
-    out = local.reshape(B * n, k)
-    out.addmm_(nxt.reshape(B * n, 1).to(d.dtype), tail.reshape(1, k))
-    out = out.reshape(B, Wp)
+    local = x.reshape(B * n, k) @ ut
+    # A at the start of chunk m = local head + c^K * A at the start of chunk m+1: the same problem
+    # over chunks, solved by one float64 matmul with (c^K)^(j-i) (or recursively if n is large).
+    heads = local[:, 0].reshape(B, n).to(torch.float64)
+    if n <= 512:
+        um, _ = _mats(c, n, torch.float64, d.device, stride=k)
+        starts = heads @ um
+    else:
+        starts = reverse_scan(heads, float(c) ** k)
+    # Carry into chunk m = A at the start of chunk m+1 = (starts[m] - heads[m]) / c^K, but that
+    # divides; instead shift: carry[m] = starts[m+1].
+    carry = torch.zeros(B, n, dtype=d.dtype, device=d.device)
+    carry[:, :-1] = starts[:, 1:]
+    # A = local + c^(K-i) * carry: one rank-1 update per chunk.
+    local.addmm_(carry.reshape(B * n, 1), tail.reshape(1, k))
+    out = local.reshape(B, Wp)
     return out if Wp == W else out[:, :W].contiguous()

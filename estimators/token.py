@@ -123,10 +123,8 @@ def _deltas(r: Tensor, v: Tensor, counts: Tensor, gamma: float, lv: Tensor | Non
     Needs ``v[:, counts + 1] == 0`` (compress leaves a zero column after the longest row). Column 0
     (the dummy) gets garbage, which ``Layout.gather`` discards.
     """
-    delta = torch.empty_like(r)
-    torch.add(r[:, :-1], v[:, 1:], alpha=gamma, out=delta[:, :-1])
-    delta[:, :-1] -= v[:, :-1]
-    delta[:, -1] = 0
+    delta = torch.sub(r, v)  # the last column is a zero column: r - v = 0 there
+    delta[:, :-1].add_(v[:, 1:], alpha=gamma)
     if lv is not None:
         _add_at_end(delta, counts, gamma * lv)
     return delta
