@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from .db import init_db, make_engine
+from .docs import install_docs
 from .errors import install_error_handlers
 from .settings import ROOT, Settings, get_settings
 
@@ -37,6 +38,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Per-token advantages for multi-turn RL agent episodes.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -52,6 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(sim_router)
     app.include_router(lab_router)
     app.include_router(web_router)
+    install_docs(app)  # /docs and /redoc with local assets (app/docs.py)
     app.add_middleware(SecurityHeadersMiddleware)  # CSP etc. (app/web/security.py)
     app.mount("/static", StaticFiles(directory=str(ROOT / "static")), name="static")
 

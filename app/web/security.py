@@ -2,8 +2,9 @@
 
 Pages carry no inline scripts (initial state travels in ``<script type="application/json">``
 blocks, which CSP does not execute), so ``script-src 'self'`` holds everywhere. Plotly injects
-``<style>`` elements, hence ``style-src 'unsafe-inline'``. FastAPI's /docs and /redoc pages load
-Swagger/ReDoc from a CDN with an inline bootstrap script; they get the other headers but no CSP.
+``<style>`` elements, hence ``style-src 'unsafe-inline'``. /docs and /redoc serve Swagger UI and
+ReDoc from local files with a static bootstrap script (app/docs.py), so they get the CSP too; ReDoc
+renders its search in a blob: worker, hence ``worker-src 'self' blob:``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ CSP = "; ".join(
         "img-src 'self' data: blob:",
         "font-src 'self' data:",
         "connect-src 'self'",
+        "worker-src 'self' blob:",
         "object-src 'none'",
         "base-uri 'self'",
         "form-action 'self'",
@@ -32,8 +34,6 @@ BASE_HEADERS: list[tuple[bytes, bytes]] = [
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
 
-# Third-party API explorers that FastAPI serves with CDN assets and inline scripts.
-CSP_EXEMPT_PREFIXES = ("/docs", "/redoc")
 
 
 class SecurityHeadersMiddleware:
@@ -47,10 +47,7 @@ class SecurityHeadersMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
-        add = list(BASE_HEADERS)
-        if not path.startswith(CSP_EXEMPT_PREFIXES):
-            add.append((b"content-security-policy", self.csp))
+        add = [*BASE_HEADERS, (b"content-security-policy", self.csp)]
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
