@@ -1,6 +1,7 @@
 """The ``creditlens`` command: serve, upload, compute.
 
 creditlens serve [--host 127.0.0.1] [--port 8000] [--db PATH_OR_URL] [--demo] [--workers N]
+creditlens migrate [--db PATH_OR_URL] [--revision head]
 creditlens upload FILE [--server URL] [--format auto] [--name NAME] [--token TOKEN]
 creditlens compute FILE --scheme outcome,token_gae [--gamma 1] [--lam 0.95] [--baseline rloo]
                    [--critic upload] [--format auto] [--out FILE]
@@ -36,9 +37,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except Exception as e:
         print(f"creditlens: invalid settings: {e}", file=sys.stderr)
         return 2
-    if settings.demo and args.workers > 1:
-        # Several workers would each see an empty database and each load the demo: load it once
-        # here, before they start.
+    if args.workers > 1:
+        # Several workers would each migrate and each see an empty database and load the demo:
+        # do both once here, before they start (their own start-up then finds nothing to do).
         from sqlmodel import Session
 
         from .db import init_db, make_engine
@@ -46,8 +47,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         engine = make_engine(settings.database_url)
         init_db(engine)
-        with Session(engine) as session:
-            load_demo(session)
+        if settings.demo:
+            with Session(engine) as session:
+                load_demo(session)
         engine.dispose()
         os.environ["CREDITLENS_DEMO"] = "false"
     host_shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -64,6 +66,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
     )
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    if args.db:
+        os.environ["CREDITLENS_DATABASE_URL"] = _db_url(args.db)
+    from .db import make_engine
+    from .migrate import downgrade, upgrade
+    from .settings import Settings
+
+    engine = make_engine(Settings().database_url)
+    if args.revision.startswith("-") or args.revision == "base":
+        downgrade(engine, args.revision)
+    else:
+        upgrade(engine, args.revision)
+    print(f"creditlens: database at revision {args.revision}")
+    engine.dispose()
     return 0
 
 
@@ -216,6 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--json", action="store_true", help="also print the server's JSON answer")
     u.add_argument("--quiet", action="store_true", help="no progress bar")
     u.set_defaults(fn=cmd_upload)
+
+    m = sub.add_parser("migrate", help="apply database migrations (the server also does this on start)")
+    m.add_argument("--db", help="SQLite file path or database URL (default: CREDITLENS_DATABASE_URL)")
+    m.add_argument("--revision", default="head", help="target revision: head (default), base, or an id")
+    m.set_defaults(fn=cmd_migrate)
 
     c = sub.add_parser("compute", help="compute advantages offline (no server), as JSONL")
     c.add_argument("file")

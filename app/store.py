@@ -412,11 +412,21 @@ def batch_or_404(session: Session, batch_id: int) -> Batch:
 def list_batches(
     session: Session, *, q: str | None = None, source: str | None = None, limit: int = 100, offset: int = 0
 ) -> list[Batch]:
-    """Batches, newest first; ``q`` searches names (case-insensitive), ``source`` filters by prefix."""
+    """Batches, newest first; ``q`` searches batch names and sources and the tasks and groups of
+    their episodes (case-insensitive); ``source`` filters by prefix."""
     stmt = select(Batch)
     if q:
         like = f"%{q.lower()}%"
-        stmt = stmt.where(or_(func.lower(Batch.name).like(like), func.lower(Batch.source).like(like)))
+        in_episodes = select(Episode.batch_id).where(
+            or_(func.lower(Episode.task).like(like), func.lower(Episode.group).like(like))
+        )
+        stmt = stmt.where(
+            or_(
+                func.lower(Batch.name).like(like),
+                func.lower(Batch.source).like(like),
+                col(Batch.id).in_(in_episodes),
+            )
+        )
     if source:
         stmt = stmt.where(col(Batch.source).startswith(source))
     stmt = stmt.order_by(col(Batch.created_at).desc(), col(Batch.id).desc()).offset(offset).limit(limit)
@@ -583,9 +593,19 @@ def delete_batch(session: Session, batch_id: int, token: str | None) -> None:
 # Demo data.
 
 
+def _demo_meta(path: Path) -> dict:
+    """``<stem>.meta.json`` beside a demo file: the batch's metadata (sampler settings, diagnostics)."""
+    meta_path = path.with_name(path.stem + ".meta.json")
+    if not meta_path.is_file():
+        return {}
+    meta = json.loads(meta_path.read_text())
+    return meta if isinstance(meta, dict) else {}
+
+
 def load_demo(session: Session, folder: Path = ROOT / "fixtures" / "demo") -> list[CreatedBatch]:
     """If the database has no batches, store every ``folder/*.jsonl`` (native JSONL, one episode
-    per line) as one batch named by the file stem, source "demo". Missing folder: nothing."""
+    per line) as one batch named by the file stem, source "demo", with ``<stem>.meta.json`` merged
+    into the batch's meta when present. Missing folder: nothing."""
     if session.exec(select(Batch.id).limit(1)).first() is not None:
         return []
     folder = Path(folder)
@@ -604,7 +624,7 @@ def load_demo(session: Session, folder: Path = ROOT / "fixtures" / "demo") -> li
                 parsed.episodes,
                 name=path.stem,
                 source="demo",
-                meta={"file": path.name},
+                meta={"file": path.name, **_demo_meta(path)},
                 lines=parsed.lines,
             )
         )
