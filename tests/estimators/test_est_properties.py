@@ -196,6 +196,10 @@ def test_scan_long_sequences_stable(c):
     d = torch.randn(2, 32768, generator=g, dtype=F64)
     out = reverse_scan(d, c)
     assert torch.isfinite(out).all()
+    # float32 in, float64 carries: within 1e-5 of the float64 result relative to its scale.
+    out32 = reverse_scan((d + 0.3).float(), c).double()
+    ref32 = reverse_scan(d + 0.3, c)
+    assert (out32 - ref32).abs().max().item() <= 1e-5 * ref32.abs().max().item()
     if c == 1.0:
         ref = d.flip(1).cumsum(1).flip(1)
         torch.testing.assert_close(out, ref, rtol=0, atol=1e-9)
