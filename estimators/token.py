@@ -210,12 +210,17 @@ def _check_coeffs(gamma: float, lam: float) -> None:
         raise ValueError(f"gamma and lam must be in [0, 1], got gamma={gamma}, lam={lam}")
 
 
-def _turns(mask: Tensor, turn_ids: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(1-based turn column [B, T] long with 0 off-mask, first-token-of-its-turn [B, T] bool)."""
+def _turns(mask: Tensor, turn_ids: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """(1-based turn column [B, T] long with 0 off-mask, first-token-of-its-turn [B, T] bool,
+    number of turns per row [B] long)."""
     m = as_bool_mask(mask)
     B, T = m.shape
     if T == 0:
-        return torch.zeros(B, 0, dtype=torch.long, device=m.device), m.clone()
+        return (
+            torch.zeros(B, 0, dtype=torch.long, device=m.device),
+            m.clone(),
+            torch.zeros(B, dtype=torch.long),
+        )
     if turn_ids is None:
         start = m.clone()
         start[:, 1:] &= ~m[:, :-1]
@@ -231,7 +236,8 @@ def _turns(mask: Tensor, turn_ids: Tensor | None) -> tuple[Tensor, Tensor]:
         new[:, 2:] = tid[:, 2:] != tid[:, 1:-1]
         start = torch.gather(new, 1, lay.idx) & m
     col = torch.cumsum(start.view(torch.uint8), 1, dtype=torch.int64)
-    return col.masked_fill_(~m, 0), start
+    counts = col[:, -1].clone()  # (a sum over bool would first convert it to int64)
+    return col.masked_fill_(~m, 0), start, counts
 
 
 @torch.no_grad()
@@ -289,15 +295,14 @@ def turn_gae(
     B, T = m.shape
     dtype = _out_dtype(rewards, values)
     # idx: 1-based turn column, 0 (the dummy column) off-mask; the same layout as compress().
-    idx, first = _turns(m, turn_ids)
-    counts = first.sum(1)
+    idx, first, counts = _turns(m, turn_ids)
     nmax = int(counts.max().item()) if B else 0
     width = _roundup(nmax + 2, CHUNK)
     r = torch.zeros(B, width, dtype=dtype, device=m.device)
     r.scatter_add_(1, idx, rewards.to(dtype))
     r[:, 0] = 0
     v = torch.zeros(B, width, dtype=dtype, device=m.device)
-    v.scatter_(1, torch.where(first, idx, 0), values.to(dtype))
+    v.scatter_(1, idx.masked_fill(~first, 0), values.to(dtype))
     v[:, 0] = 0
     lv = _bootstrap(last_value, B, dtype, m.device)
     adv, targets = _gae_compressed(r, v, counts, float(gamma), float(lam), lv)
