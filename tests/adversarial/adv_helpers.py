@@ -85,6 +85,7 @@ class Server:
         self.env = {"CREDITLENS_DATABASE_URL": f"sqlite:///{self.db_path}", "CREDITLENS_DEMO": "0", **env}
         self.proc: subprocess.Popen | None = None
         self.base = ""
+        self.extra_args: list[str] = []  # more uvicorn options, e.g. ["--workers", "2"]
 
     def start(self, timeout: float = 120.0) -> Server:
         port = free_port()
@@ -92,7 +93,7 @@ class Server:
         env.update(self.env)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()/kill()
         cmd = [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory"]
-        cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+        cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *self.extra_args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + timeout

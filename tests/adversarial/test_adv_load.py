@@ -1,0 +1,32 @@
+"""A short run of the load benchmark (bench/load.py) as a test: 5 uploaders and 10 readers for
+10 s against a real server process with the write token on. No upload may be lost, no request
+may fail, and the server must never report "database is locked" or a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+from adv_helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_load", ROOT / "bench" / "load.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_load"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_short_load_loses_nothing():
+    figures = _load_bench().run(duration=10, uploaders=5, readers=10)
+    print(figures)
+    assert figures["uploads_done"] >= 5, figures
+    assert figures["reads_done"] >= 10, figures
+    assert figures["errors"] == 0, figures["first_errors"]
+    assert figures["database_is_locked"] == 0
+    assert figures["server_tracebacks"] == 0
+    assert figures["lost_uploads"] == 0
