@@ -220,3 +220,18 @@ def test_seed004_hand_computation_truncated_vs_terminal():
         0.95,
     )
     assert adv_p.tolist() == pytest.approx([1.0976, 1.12], abs=1e-12)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5, 0.95, 1.0])
+def test_recovery_env_credit_of_bad_matches_closed_form(lam):
+    """specs/oracle-mdps.md, RecoveryEnv at q = 1 with the uniform policy and the exact critic:
+    V(s0) = 0.75, V(mistake) = 0.5; a successful BAD -> RECOVER episode gets raw GAE credit
+    (BAD) = -0.25 + 0.5 lam. Here each action is a 3-token call, separated by a 4-token tool span.
+    delta(BAD) = 0 + V(mistake) - V(s0) = -0.25; delta(RECOVER) = 1 - 0.5 = 0.5 (terminal)."""
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1]])  # prompt, call 1, tool, call 2
+    rewards = outcome_rewards(mask, torch.tensor([1.0], dtype=F64))
+    values = torch.full((1, 12), 7.0, dtype=F64)  # garbage off the turn starts
+    values[0, 2], values[0, 9] = 0.75, 0.5
+    adv, _ = turn_gae(rewards, values, mask, gamma=1.0, lam=lam)
+    assert adv[0, 2].item() == pytest.approx(-0.25 + 0.5 * lam, abs=1e-12)
+    assert adv[0, 9].item() == pytest.approx(0.5, abs=1e-12)  # A(RECOVER) = +0.5 at q = 1
