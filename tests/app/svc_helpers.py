@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from app.main import create_app
 from app.settings import Settings
@@ -14,8 +15,23 @@ from app.settings import Settings
 FORMATS = Path(__file__).resolve().parents[2] / "fixtures" / "formats"
 
 
+def test_database_url(tmp_path: Path) -> str:
+    """A fresh database for one test: a SQLite file in tmp_path, or, when the suite is run with
+    CREDITLENS_TEST_BACKEND=postgres (tests/deploy/test_postgres_suite.py does), the PostgreSQL
+    database at CREDITLENS_TEST_PG_URL with its schema wiped."""
+    if os.environ.get("CREDITLENS_TEST_BACKEND") == "postgres":
+        url = os.environ["CREDITLENS_TEST_PG_URL"]
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE"))
+            conn.execute(text("CREATE SCHEMA public"))
+        engine.dispose()
+        return url
+    return f"sqlite:///{tmp_path / 'test.db'}"
+
+
 def make_client(tmp_path: Path, **overrides) -> TestClient:
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'test.db'}", **overrides)
+    settings = Settings(database_url=test_database_url(tmp_path), **overrides)
     return TestClient(create_app(settings))
 
 
