@@ -120,13 +120,27 @@ def _wal_size(db: Path) -> int:
     return wal.stat().st_size if wal.exists() else 0
 
 
-def test_kill_9_mid_upload_leaves_all_or_nothing(tmp_path):
+@pytest.fixture
+def servers():
+    """Every server the test starts; killed at the end even when an assertion fails."""
+    started: list[Server] = []
+    yield started
+    for srv in started:
+        srv.kill()
+
+
+def test_kill_9_mid_upload_leaves_all_or_nothing(tmp_path, servers):
     db = tmp_path / "crash.db"
     log = tmp_path / "server.log"
     outcomes = {}
 
+    def start() -> Server:
+        srv = Server(db, log)
+        servers.append(srv)
+        return srv.start()
+
     # Seed data that must survive every crash.
-    srv = Server(db, log).start()
+    srv = start()
     seed = {"tokens": ["q", " a", " b"], "kinds": ["prompt", "policy", "policy"], "reward": 1.0}
     r = httpx.post(f"{srv.base}/api/uploads", json=seed, timeout=60)
     assert r.status_code == 201, r.text
@@ -147,7 +161,7 @@ def test_kill_9_mid_upload_leaves_all_or_nothing(tmp_path):
     assert outcomes["receive"] == "absent"
 
     # (a2) Killed while parsing: the whole body is sent, the write has not started.
-    srv = Server(db, log).start()
+    srv = start()
     up = Upload(srv.base, "crash-parse")
     up.start()
     assert up.sent.wait(120), "the body was not sent"
@@ -164,7 +178,7 @@ def test_kill_9_mid_upload_leaves_all_or_nothing(tmp_path):
     assert outcomes["parse"] == "absent"
 
     # (b) Killed while writing: the write-ahead log grows as the transaction spills its pages.
-    srv = Server(db, log).start()
+    srv = start()
     wal0 = _wal_size(db)
     up = Upload(srv.base, "crash-write")
     up.start()
@@ -180,7 +194,7 @@ def test_kill_9_mid_upload_leaves_all_or_nothing(tmp_path):
     outcomes["write"] = check_db(db, "crash-write", seed_rows)
 
     # (c) Killed right after the 201: a committed upload survives the crash whole.
-    srv = Server(db, log).start()
+    srv = start()
     up = Upload(srv.base, "crash-after")
     up.start()
     up.join(300)
@@ -192,12 +206,11 @@ def test_kill_9_mid_upload_leaves_all_or_nothing(tmp_path):
     print("crash outcomes:", outcomes)
 
     # A restarted server serves the data (the WAL left by the crash is recovered on open).
-    with Server(db, log) as srv:
-        r = httpx.get(f"{srv.base}/api/episodes/{seed_slug}", timeout=30)
-        assert r.status_code == 200 and r.json()["tokens"] == seed["tokens"]
-        batches = httpx.get(f"{srv.base}/api/batches", params={"q": "crash"}, timeout=30).json()
-        names = sorted(b["name"] for b in batches)
-        assert names == sorted(
-            k for k, v in (("crash-after", "present"), ("crash-write", outcomes["write"])) if v == "present"
-        )
-        assert all(b["n_episodes"] == N_EPISODES for b in batches)
+    srv = start()
+    r = httpx.get(f"{srv.base}/api/episodes/{seed_slug}", timeout=30)
+    assert r.status_code == 200 and r.json()["tokens"] == seed["tokens"]
+    batches = httpx.get(f"{srv.base}/api/batches", params={"q": "crash"}, timeout=30).json()
+    expected = ["crash-after"] + (["crash-write"] if outcomes["write"] == "present" else [])
+    assert sorted(b["name"] for b in batches) == sorted(expected)
+    assert all(b["n_episodes"] == N_EPISODES for b in batches)
+    srv.stop()
