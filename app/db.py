@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +18,14 @@ def make_engine(url: str) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # No cap on connections (max_overflow=-1): a SQLite connection is a file handle, and a
+        # capped pool (5 + 10) made requests queue for it behind the 40 worker threads.
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=10,
+            max_overflow=-1,
+        )
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every SQLite test
@@ -46,7 +53,13 @@ def init_db(engine: Engine) -> None:
     upgrade(engine)
 
 
-def get_session(request: Request) -> Iterator[Session]:
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """One session per request. Async on purpose: the cleanup (closing the session returns its
+    connection to the pool) then runs on the event loop. As a sync generator its cleanup needed a
+    worker thread, and under load every worker thread could be waiting for a pooled connection
+    that only such a cleanup would return: a deadlock until the pool's 30 s timeout, then 500s
+    (found by bench/load.py: 20 uploaders + 50 readers). Sync endpoints still use the session
+    in their worker thread."""
     with Session(request.app.state.engine) as session:
         yield session
 
