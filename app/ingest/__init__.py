@@ -63,6 +63,8 @@ def parse_upload(
     """Parse an upload in format ``fmt`` (auto-detected when None or "auto") into native episodes.
 
     Each episode's ``meta.source`` defaults to ``source`` (else "upload:<format>")."""
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark (Windows editors write one)
+        data = data[3:]
     if not data or not data.strip():
         raise ApiError(422, "empty_upload", "the upload is empty.")
     if fmt in (None, "", "auto"):
@@ -87,6 +89,8 @@ def iter_upload(
 ) -> tuple[str, Iterator[tuple[int | None, EpisodeIn]]]:
     """(format name, lazy ``(line, episode)`` pairs): formats with ``iter_parse`` yield episodes as
     they parse them, so an upload never holds every episode's Python lists at once."""
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark (Windows editors write one)
+        data = data[3:]
     if not data or not data.strip():
         raise ApiError(422, "empty_upload", "the upload is empty.")
     if fmt in (None, "", "auto"):

@@ -144,3 +144,54 @@ def test_corpus_is_reproducible(tmp_path):
     spec.loader.exec_module(mod)
     for name, data, _exp in mod.cases():
         assert (CORPUS / name).read_bytes() == data, name
+
+
+@pytest.mark.parametrize("how", ["multipart", "raw"])
+def test_utf8_bom_is_accepted(clients, how):
+    """A UTF-8 byte-order mark (Windows editors write one) is skipped, JSONL and JSON alike."""
+    client = clients({})
+    for body in (SEED["seed.jsonl"], SEED["chat.json"]):
+        data = b"\xef\xbb\xbf" + body
+        if how == "multipart":
+            r = client.post("/api/uploads", files={"file": ("bom.jsonl", data)})
+        else:
+            r = client.post(
+                "/api/uploads", content=data, headers={"content-type": "application/octet-stream"}
+            )
+        assert r.status_code == 201, r.text
+
+
+def _chunks(total: int, size: int = 1 << 16):
+    sent = 0
+    while sent < total:
+        yield b" " * min(size, total - sent)
+        sent += size
+
+
+def test_oversize_streamed_without_content_length(clients):
+    """Chunked bodies (no Content-Length to check up front) are cut off at the limit: 413."""
+    client = clients({"max_upload_bytes": 2000})
+    before = db_fingerprint(client.app.state.engine)
+    r = client.post(
+        "/api/uploads", content=_chunks(1 << 20), headers={"content-type": "application/octet-stream"}
+    )
+    assert r.status_code == 413, r.text
+    assert r.json()["error"]["code"] == "too_large"
+    boundary = "xyzzy"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n\r\n'.encode()
+    )
+
+    def multipart():
+        yield head
+        yield from _chunks(1 << 20)
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    r = client.post(
+        "/api/uploads",
+        content=multipart(),
+        headers={"content-type": f"multipart/form-data; boundary={boundary}"},
+    )
+    assert r.status_code == 413, r.text
+    assert r.json()["error"]["code"] == "too_large"
+    assert db_fingerprint(client.app.state.engine) == before
