@@ -95,6 +95,36 @@ def test_api_fuzz(case):
     case.call_and_validate(checks=[not_a_server_error, response_schema_conformance, one_error_shape])
 
 
+LOCKED_APP = fuzz_app(write_token="fuzz-write-token")
+locked_schema = (
+    schemathesis.openapi.from_asgi("/openapi.json", LOCKED_APP)
+    .include(method=["POST", "DELETE"])
+    .exclude(path_regex="^/api/lab/")
+)
+
+
+def needs_write_token(ctx, response, case):
+    """With CREDITLENS_WRITE_TOKEN set and no Authorization header, every write answers 401
+    (the token is checked before the body is parsed or validated)."""
+    if case.method.upper() != case.operation.method.upper():  # probes with other methods: 405
+        assert response.status_code == 405
+        return
+    if case.operation.path == "/api/samples" and response.status_code in (400, 422):
+        # FastAPI decodes a declared JSON body before any dependency runs, so bytes that are not
+        # JSON are refused first; nothing is validated or stored either way.
+        message = response.json()["error"]["message"]
+        assert "JSON decode error" in message or "error parsing the body" in message, message
+        return
+    assert response.status_code == 401, (response.status_code, response.text[:300])
+    assert response.json()["error"]["code"] == "unauthorized"
+
+
+@locked_schema.parametrize()
+@settings(FUZZ, max_examples=10)
+def test_api_fuzz_writes_need_the_token(case):
+    case.call_and_validate(checks=[not_a_server_error, needs_write_token])
+
+
 def test_background_sample_jobs_finish():
     """Jobs the fuzzer started with ?async=true end as done or error (never stuck, never a crash);
     waiting here also keeps torch threads from outliving the interpreter."""
