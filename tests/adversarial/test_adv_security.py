@@ -84,6 +84,9 @@ def page_urls(evil: dict) -> list[str]:
         f"/e/{slug}",
         f"/e/{slug}?scheme={q}&baseline={q}&critic={q}&gamma={q}&open={q}&tok={q}",
         f"/e/{q}",
+        f"/e/{quote(IMG + ATTR + TEMPLATE, safe='')}",  # no "/": reaches the episode page's 404
+        f"/b/{quote(IMG, safe='')}",
+        f"/talk/{quote(IMG, safe='')}",
         f"/b/{b}",
         f"/b/{b}?q={q}",
         f"/b/{b}/g/{g}",

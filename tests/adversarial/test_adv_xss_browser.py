@@ -108,6 +108,7 @@ def assert_inert(page, url: str) -> None:
     assert p.csp() == [], (url, p.csp())
     assert [e for e in p.errors if "alert" in e or "49" in e] == [], (url, p.errors)
     assert page.evaluate("document.querySelectorAll('img[src=x], svg[onload]').length") == 0, url
+    assert page.evaluate("document.querySelectorAll('a[href^=\"javascript:\" i]').length") == 0, url
 
 
 def test_episode_page(page, evil):
@@ -142,7 +143,18 @@ def test_batch_group_and_home_pages(page, evil):
 
 def test_other_pages(page, evil):
     q = quote(EVIL, safe="")
-    for url in ("/talk/1", "/talk/2", "/talk/3", "/lab", f"/lab/lambda?gamma={q}", "/sample", f"/b/{q}"):
+    img = quote(IMG + TEMPLATE, safe="")  # no "/": the episode page's own 404
+    pages = (
+        "/talk/1",
+        "/talk/2",
+        "/talk/3",
+        "/lab",
+        f"/lab/lambda?gamma={q}",
+        "/sample",
+        f"/b/{q}",
+        f"/e/{img}",
+    )
+    for url in pages:
         text = visit(page, url)
         assert_inert(page, url)
         assert "x49x" not in text, url
