@@ -41,6 +41,26 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+# Room for the multipart framing (boundaries, part headers, small form fields) around the file.
+_MULTIPART_SLACK = 64 * 1024
+
+
+def _capped(request: Request, limit: int) -> Request:
+    """The same request whose body stream raises 413 once more than ``limit`` (+ slack) bytes arrived."""
+    received = 0
+
+    async def receive():
+        nonlocal received
+        message = await request.receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit + _MULTIPART_SLACK:
+                raise _too_large(f"more than {limit}", limit)
+        return message
+
+    return Request(request.scope, receive)
+
+
 def ingest(
     session: Session, data: bytes, fmt: str | None, name: str | None, filename: str | None, settings
 ) -> dict:
@@ -83,7 +103,9 @@ async def upload(
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise _too_large(declared, limit)
-        form = await request.form()
+        # Count what arrives too: a chunked body declares no length, and the form parser would
+        # spool all of it to disk before the size check below.
+        form = await _capped(request, limit).form()
         upload_file = form.get("file")
         if upload_file is None or isinstance(upload_file, str):
             raise ApiError(422, "missing_file", "the multipart upload has no `file` part.", field="file")

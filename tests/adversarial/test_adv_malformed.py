@@ -10,7 +10,11 @@ The malicious pickles must be refused by torch.load(weights_only=True) without r
 from __future__ import annotations
 
 import json
+import os
+import time
+from pathlib import Path
 
+import httpx
 import pytest
 from adv_helpers import ROOT, db_fingerprint
 from fastapi.testclient import TestClient
@@ -195,3 +199,60 @@ def test_oversize_streamed_without_content_length(clients):
     assert r.status_code == 413, r.text
     assert r.json()["error"]["code"] == "too_large"
     assert db_fingerprint(client.app.state.engine) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["multipart", "raw"])
+def test_chunked_oversize_is_never_spooled_by_a_real_server(how, tmp_path):
+    """A real server refuses a chunked 200 MB upload (limit 100 kB) without buffering it: the temp
+    files it holds open (the form parser spools file parts beyond 1 MB) never grow past a few MB."""
+    import threading
+
+    from adv_helpers import Server
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    total = 200 << 20
+
+    def body():
+        if how == "multipart":
+            yield b'--xyzzy\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n\r\n'
+        for _ in range(total >> 16):
+            yield b" " * (1 << 16)
+        if how == "multipart":
+            yield b"\r\n--xyzzy--\r\n"
+
+    peak = 0
+    done = threading.Event()
+
+    def watch(pid: int):
+        # Spooled temp files are unlinked at once: find them among the server's open files.
+        nonlocal peak
+        while not done.is_set():
+            size = 0
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    if os.readlink(fd).startswith(str(spool)):
+                        size += os.stat(fd).st_size
+                except OSError:  # closed while we looked
+                    continue
+            peak = max(peak, size)
+            time.sleep(0.01)
+
+    ctype = "multipart/form-data; boundary=xyzzy" if how == "multipart" else "application/octet-stream"
+    env = {"CREDITLENS_MAX_UPLOAD_BYTES": "100000", "TMPDIR": str(spool)}
+    with Server(tmp_path / "db.sqlite", tmp_path / "server.log", **env) as srv:
+        watcher = threading.Thread(target=watch, args=(srv.pid,), daemon=True)
+        watcher.start()
+        try:
+            r = httpx.post(
+                f"{srv.base}/api/uploads", content=body(), headers={"content-type": ctype}, timeout=120
+            )
+            status = r.status_code
+        except httpx.HTTPError:  # the server answered and closed while we were still sending
+            status = None
+        done.set()
+        watcher.join(5)
+        assert status in (413, None)
+        assert peak < 4 << 20, f"the server spooled {peak >> 20} MB of a refused upload"
+        assert httpx.get(f"{srv.base}/api/batches", timeout=30).json() == []
