@@ -3,8 +3,10 @@ real server processes."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +33,7 @@ def fuzz_app(**overrides) -> FastAPI:
     """The real app on a fresh temp SQLite file with its tables and the demo batches in place
     (schemathesis' ASGI transport does not run the lifespan)."""
     folder = Path(tempfile.mkdtemp(prefix="creditlens-fuzz-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     app = create_app(Settings(database_url=f"sqlite:///{folder / 'fuzz.db'}", **overrides))
     init_db(app.state.engine)
     with Session(app.state.engine) as session:

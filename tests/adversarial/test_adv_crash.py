@@ -12,6 +12,7 @@ and a restarted server serves it.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -21,8 +22,10 @@ import httpx
 import pytest
 from adv_helpers import Server, cpu_seconds
 
-N_EPISODES = 1500
-N_TOKENS = 1000  # ~25 MB of JSONL: seconds of parsing and a write transaction of ~15 MB
+# The size: 3000 episodes x 2000 tokens, ~100 MB of JSONL, a write transaction of ~60 MB.
+# CREDITLENS_CRASH_EPISODES / CREDITLENS_CRASH_TOKENS change it (e.g. smaller on a slow machine).
+N_EPISODES = int(os.environ.get("CREDITLENS_CRASH_EPISODES", "3000"))
+N_TOKENS = int(os.environ.get("CREDITLENS_CRASH_TOKENS", "2000"))
 
 pytestmark = pytest.mark.slow
 
@@ -190,7 +193,7 @@ def test_kill_9_mid_upload_leaves_all_or_nothing(tmp_path, servers):
     srv.kill()
     up.join(30)
     assert alive and grew >= (2 << 20), f"the kill did not land mid-write (WAL +{grew} bytes)"
-    # Either way all or nothing (2 MB into a ~15 MB transaction, it is almost always "absent").
+    # Either way all or nothing (2 MB into a ~60 MB transaction, it is almost always "absent").
     outcomes["write"] = check_db(db, "crash-write", seed_rows)
 
     # (c) Killed right after the 201: a committed upload survives the crash whole.
