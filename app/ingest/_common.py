@@ -140,6 +140,15 @@ def read_records(data: bytes) -> list[Record]:
     return [Record(1, 1, doc)]
 
 
+def parse_records(name: str, data: bytes, episode_from_record: Callable[[Record], EpisodeIn]) -> Parsed:
+    """A JSONL/JSON format whose records map one-to-one onto episodes: read, convert, keep lines."""
+    out = Parsed(name)
+    for rec in read_records(data):
+        out.episodes.append(episode_from_record(rec))
+        out.lines.append(rec.line)
+    return out
+
+
 def first_object(data: bytes) -> Any:
     """The first record of a JSON/JSONL upload without parsing the rest (for format detection), or None."""
     try:

@@ -21,7 +21,7 @@ from ._common import (
     float_list,
     id_token,
     mask_kinds,
-    read_records,
+    parse_records,
     scalar_meta,
     short_hash,
 )
@@ -118,8 +118,4 @@ def episode_from_record(rec: Record) -> EpisodeIn:
 
 
 def parse(data: bytes, filename: str | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for rec in read_records(data):
-        out.episodes.append(episode_from_record(rec))
-        out.lines.append(rec.line)
-    return out
+    return parse_records(NAME, data, episode_from_record)

@@ -15,7 +15,15 @@ from typing import Any
 
 from ..schemas import EpisodeIn
 from ..tokenize import tokenize
-from ._common import Parsed, Record, as_float, float_list, read_records, scalar_meta, short_hash
+from ._common import (
+    Parsed,
+    Record,
+    as_float,
+    float_list,
+    parse_records,
+    scalar_meta,
+    short_hash,
+)
 
 NAME = "rl_logging_board"
 DESCRIPTION = "RL Logging Board JSONL (prompt, response_tokens, logprobs, values, token_rewards, reward)"
@@ -71,8 +79,4 @@ def episode_from_record(rec: Record) -> EpisodeIn:
 
 
 def parse(data: bytes, filename: str | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for rec in read_records(data):
-        out.episodes.append(episode_from_record(rec))
-        out.lines.append(rec.line)
-    return out
+    return parse_records(NAME, data, episode_from_record)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..schemas import EpisodeIn
 from ..tokenize import tokenize
-from ._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
+from ._common import Parsed, Record, as_float, parse_records, scalar_meta, short_hash
 
 NAME = "verl_rollout"
 DESCRIPTION = "verl rollout_data_dir JSONL (input, output, score, step): text only, re-tokenised"
@@ -57,8 +57,4 @@ def episode_from_record(rec: Record) -> EpisodeIn:
 
 
 def parse(data: bytes, filename: str | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for rec in read_records(data):
-        out.episodes.append(episode_from_record(rec))
-        out.lines.append(rec.line)
-    return out
+    return parse_records(NAME, data, episode_from_record)
