@@ -57,12 +57,8 @@ def detect(data: bytes, filename: str | None = None) -> str:
     )
 
 
-def parse_upload(
-    data: bytes, fmt: str | None = None, filename: str | None = None, source: str | None = None
-) -> Parsed:
-    """Parse an upload in format ``fmt`` (auto-detected when None or "auto") into native episodes.
-
-    Each episode's ``meta.source`` defaults to ``source`` (else "upload:<format>")."""
+def _resolve(data: bytes, fmt: str | None, filename: str | None) -> tuple[bytes, str, ModuleType]:
+    """(data without a BOM, the format's name, its module); 422 for an empty upload or unknown format."""
     if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark (Windows editors write one)
         data = data[3:]
     if not data or not data.strip():
@@ -77,6 +73,16 @@ def parse_upload(
             f"format {fmt!r} is not known; choose one of: auto, {', '.join(formats())}.",
             field="format",
         )
+    return data, fmt, mod
+
+
+def parse_upload(
+    data: bytes, fmt: str | None = None, filename: str | None = None, source: str | None = None
+) -> Parsed:
+    """Parse an upload in format ``fmt`` (auto-detected when None or "auto") into native episodes.
+
+    Each episode's ``meta.source`` defaults to ``source`` (else "upload:<format>")."""
+    data, fmt, mod = _resolve(data, fmt, filename)
     parsed = mod.parse(data, filename)
     for ep in parsed.episodes:
         if isinstance(ep.meta, dict):
@@ -89,20 +95,7 @@ def iter_upload(
 ) -> tuple[str, Iterator[tuple[int | None, EpisodeIn]]]:
     """(format name, lazy ``(line, episode)`` pairs): formats with ``iter_parse`` yield episodes as
     they parse them, so an upload never holds every episode's Python lists at once."""
-    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark (Windows editors write one)
-        data = data[3:]
-    if not data or not data.strip():
-        raise ApiError(422, "empty_upload", "the upload is empty.")
-    if fmt in (None, "", "auto"):
-        fmt = detect(data, filename)
-    mod = formats().get(fmt)
-    if mod is None:
-        raise ApiError(
-            422,
-            "unknown_format",
-            f"format {fmt!r} is not known; choose one of: auto, {', '.join(formats())}.",
-            field="format",
-        )
+    data, fmt, mod = _resolve(data, fmt, filename)
 
     def gen() -> Iterator[tuple[int | None, EpisodeIn]]:
         if hasattr(mod, "iter_parse"):
