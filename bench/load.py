@@ -168,9 +168,9 @@ def run(duration: float = 60.0, uploaders: int = 20, readers: int = 50, workers:
     srv = Server(tmp / "load.db", tmp / "server.log", **env)
     if workers > 1:
         srv.extra_args = ["--workers", str(workers)]
-    srv.start()
     stats = Stats()
     try:
+        srv.start()
         deadline = time.monotonic() + duration
         headers = {"Authorization": f"Bearer {token}"}
         threads = [
@@ -189,7 +189,8 @@ def run(duration: float = 60.0, uploaders: int = 20, readers: int = 50, workers:
         lost = lost_uploads(srv.base, stats)
     finally:
         srv.stop()
-    log = srv.log()
+        log = srv.log()  # after the shutdown, so errors while stopping count too
+        shutil.rmtree(tmp, ignore_errors=True)
     locked = log.lower().count("database is locked") + sum("database is locked" in e for e in stats.errors)
     tracebacks = log.count("Traceback")
     n_up, n_read = len(stats.upload_lat), len(stats.read_lat)
@@ -211,7 +212,6 @@ def run(duration: float = 60.0, uploaders: int = 20, readers: int = 50, workers:
         "lost_uploads": lost,
         "first_errors": stats.errors[:5],
     }
-    shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
