@@ -37,7 +37,8 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    # Enough connections for the worker threads of one process; PostgreSQL queues the rest.
+    return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=20)
 
 
 def import_models() -> None:
