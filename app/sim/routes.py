@@ -109,6 +109,24 @@ def _prune() -> None:
             del _JOBS[k]
 
 
+# Synchronous requests answer within seconds; anything larger runs as a background job.
+SYNC_MAX_EPISODES = 320
+SYNC_MAX_MC_CONTINUATIONS = 10_240
+SYNC_MAX_CRITIC_STEPS = 300
+
+
+def _sync_budget_exceeded(req: SampleRequest) -> str | None:
+    """Why a synchronous request is too big, or None."""
+    episodes = req.n_tasks * req.n_per_task
+    if episodes > SYNC_MAX_EPISODES:
+        return f"{episodes} episodes (more than {SYNC_MAX_EPISODES})"
+    if req.truth == "mc" and episodes * req.n_rollouts > SYNC_MAX_MC_CONTINUATIONS:
+        return f"{episodes * req.n_rollouts} Monte Carlo continuations (more than {SYNC_MAX_MC_CONTINUATIONS})"
+    if req.critic and req.critic_steps > SYNC_MAX_CRITIC_STEPS:
+        return f"{req.critic_steps} critic steps (more than {SYNC_MAX_CRITIC_STEPS})"
+    return None
+
+
 @router.post(
     "/api/samples",
     status_code=201,
@@ -120,6 +138,7 @@ def _prune() -> None:
             "description": "the stored batch: batch_id, url, episodes [{id, slug, url}], delete_token, diagnostics"
         },
         202: {"model": JobStarted, "description": "with ?async=true: the job to poll"},
+        413: {"description": "too large to answer synchronously: use ?async=true"},
         422: {"description": "bad parameters (the one error shape)"},
     },
 )
@@ -142,6 +161,14 @@ def post_samples(
             target=_run_job, args=(job_id, request.app.state.engine, req, settings), daemon=True
         ).start()
         return JSONResponse({"job_id": job_id, "url": f"/api/samples/jobs/{job_id}"}, status_code=202)
+    too_big = _sync_budget_exceeded(req)
+    if too_big:
+        raise ApiError(
+            413,
+            "use_async",
+            f"{too_big}: too much work to answer in one request. Send it with ?async=true "
+            "and poll the job (the /sample page does this and shows progress).",
+        )
     try:
         return JSONResponse(_store(session, req, settings), status_code=201)
     except ValueError as e:

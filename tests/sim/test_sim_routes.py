@@ -140,3 +140,15 @@ def test_monte_carlo_truth_option(client):
     assert len(ep["meta"]["turn_values"]) == len(ep["meta"]["turn_values_exact"]) == len(ep["meta"]["calls"])
     # With 4 rollouts of a 0/1 outcome the estimate is a multiple of 1/4.
     assert all(abs(v * 4 - round(v * 4)) < 1e-6 for v in ep["meta"]["turn_values"])
+
+
+def test_large_synchronous_request_is_sent_to_the_background(client):
+    """20 x 64 attempts would keep a request busy for a minute: 413 naming the fix, nothing stored."""
+    before = client.get("/api/batches").json()
+    r = client.post("/api/samples", json={"n_tasks": 20, "n_per_task": 64})
+    assert r.status_code == 413
+    err = r.json()["error"]
+    assert err["code"] == "use_async" and "1280 episodes" in err["message"] and "async=true" in err["message"]
+    r = client.post("/api/samples", json={"n_tasks": 2, "n_per_task": 2, "critic": True, "critic_steps": 1000})
+    assert r.status_code == 413 and "critic steps" in r.json()["error"]["message"]
+    assert client.get("/api/batches").json() == before
