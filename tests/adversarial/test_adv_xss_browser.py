@@ -11,7 +11,6 @@ page displays those names, so the test cannot pass by showing nothing.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -21,15 +20,6 @@ from test_adv_security import EVIL, IMG, SCRIPT, TEMPLATE, evil_episode
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 FILE_NAME = f"{IMG} {SCRIPT.replace('/', '')} {TEMPLATE}.jsonl"  # no "/" in a file name
 
 
@@ -54,15 +44,8 @@ def evil(server):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+def browser(chromium):
+    return chromium
 
 
 class Probe:

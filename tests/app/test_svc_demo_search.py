@@ -43,7 +43,10 @@ def test_search_matches_task_and_group_of_episodes(tmp_path):
 def test_migrate_command_creates_schema(tmp_path):
     db = tmp_path / "m.db"
     res = subprocess.run(
-        [sys.executable, "-m", "app.cli", "migrate", "--db", str(db)], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "app.cli", "migrate", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert res.returncode == 0, res.stderr
     tables = set(inspect(create_engine(f"sqlite:///{db}")).get_table_names())

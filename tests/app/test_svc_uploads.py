@@ -200,5 +200,7 @@ def test_storage_is_one_compact_row_per_episode(client):
 
     with client.app.state.engine.connect() as conn:
         n = conn.execute(text("SELECT COUNT(*) FROM episode")).scalar_one()
-        kinds_len, values_len = conn.execute(text('SELECT LENGTH(kinds), LENGTH("values") FROM episode')).one()
+        kinds_len, values_len = conn.execute(
+            text('SELECT LENGTH(kinds), LENGTH("values") FROM episode')
+        ).one()
     assert (n, kinds_len, values_len) == (1, 1002, 1002 * 8)  # uint8 kinds, float64 values

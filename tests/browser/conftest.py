@@ -3,71 +3,18 @@ by Playwright (sync API) through Debian's /usr/bin/chromium, headless."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import browser_data as data
-import httpx
 import pytest
 from browser_util import upload
-
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from live_server import Server
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> str:
     """Base URL of a real server process (uvicorn, app.main:create_app) on a fresh database."""
     tmp = tmp_path_factory.mktemp("server")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "CREDITLENS_DATABASE_URL": f"sqlite:///{tmp / 'creditlens.db'}",
-        "CREDITLENS_DEMO": "0",
-    }
-    env.pop("CREDITLENS_WRITE_TOKEN", None)
-    log = open(tmp / "server.log", "wb")
-    cmd = [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory", "--host", "127.0.0.1"]
-    proc = subprocess.Popen(
-        [*cmd, "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"server did not start: {(tmp / 'server.log').read_text()[-3000:]}")
-        time.sleep(0.25)
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    with Server(tmp / "creditlens.db", tmp / "server.log") as srv:
+        yield srv.base
 
 
 @pytest.fixture(scope="session")
@@ -80,15 +27,8 @@ def demo(server) -> dict:
 
 
 @pytest.fixture(scope="session")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+def browser(chromium):
+    return chromium
 
 
 class PageProbe:

@@ -2,91 +2,28 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
-import httpx
 import pytest
+from live_server import Server
 
 pytestmark = pytest.mark.browser
-
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("labserver")
-    port = _free_port()
-    env = {**os.environ, "CREDITLENS_DATABASE_URL": f"sqlite:///{tmp / 'lab.db'}", "CREDITLENS_DEMO": "0"}
-    env.pop("CREDITLENS_WRITE_TOKEN", None)
-    log = open(tmp / "server.log", "wb")
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "app.main:create_app",
-        "--factory",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError((tmp / "server.log").read_text()[-3000:])
-        time.sleep(0.25)
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    tmp = tmp_path_factory.mktemp("server")
+    with Server(tmp / "lab.db", tmp / "server.log") as srv:
+        yield srv.base
 
 
 @pytest.fixture(scope="module")
-def page(server):
-    if not Path(CHROMIUM).exists():
-        pytest.skip("no /usr/bin/chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        pg = browser.new_page()
-        errors: list[str] = []
-        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.errors = errors
-        yield pg
-        browser.close()
+def page(chromium):
+    pg = chromium.new_page()
+    errors: list[str] = []
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.errors = errors
+    yield pg
+    pg.close()
 
 
 def _open(page, url: str) -> None:

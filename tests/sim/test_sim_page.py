@@ -3,91 +3,28 @@
 A real uvicorn server on a free 127.0.0.1 port with a temp SQLite file; Debian's chromium, headless.
 """
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import httpx
 import pytest
+from live_server import Server
 
 pytestmark = pytest.mark.browser
-
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("simserver")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "CREDITLENS_DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite'}", "CREDITLENS_DEMO": "0"}
-    env.pop("CREDITLENS_WRITE_TOKEN", None)
-    log = open(tmp / "server.log", "wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "app.main:create_app",
-            "--factory",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError((tmp / "server.log").read_text()[-3000:])
-        time.sleep(0.25)
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    tmp = tmp_path_factory.mktemp("server")
+    with Server(tmp / "db.sqlite", tmp / "server.log") as srv:
+        yield srv.base
 
 
 @pytest.fixture(scope="module")
-def page():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("no /usr/bin/chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        pg = browser.new_page()
-        errors = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.errors = errors
-        yield pg
-        browser.close()
+def page(chromium):
+    pg = chromium.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.errors = errors
+    yield pg
+    pg.close()
 
 
 def test_sample_form_shows_progress_and_links_the_batch(server, page):

@@ -149,6 +149,8 @@ def test_large_synchronous_request_is_sent_to_the_background(client):
     assert r.status_code == 413
     err = r.json()["error"]
     assert err["code"] == "use_async" and "1280 episodes" in err["message"] and "async=true" in err["message"]
-    r = client.post("/api/samples", json={"n_tasks": 2, "n_per_task": 2, "critic": True, "critic_steps": 1000})
+    r = client.post(
+        "/api/samples", json={"n_tasks": 2, "n_per_task": 2, "critic": True, "critic_steps": 1000}
+    )
     assert r.status_code == 413 and "critic steps" in r.json()["error"]["message"]
     assert client.get("/api/batches").json() == before
