@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +23,9 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from live_server import Server, cpu_seconds  # noqa: E402
 
 
 def _episode(rng: random.Random, n: int, group: str, reward: float) -> dict:
@@ -48,23 +49,11 @@ def _episode(rng: random.Random, n: int, group: str, reward: float) -> dict:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _hwm_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (load-independent, unlike wall time)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run() -> dict:
@@ -77,26 +66,9 @@ def run() -> dict:
     ).encode()
     big = (json.dumps(_episode(rng, 32_768, "big", 1.0)) + "\n").encode()
 
-    port = _free_port()
-    env = dict(os.environ, CREDITLENS_DATABASE_URL=f"sqlite:///{tmp / 'bench.db'}", CREDITLENS_DEMO="false")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "app.main:create_app",
-            "--factory",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
+    srv = Server(tmp / "bench.db", tmp / "server.log").start()
+    proc = srv.proc
+    url = srv.base
     out: dict = {}
     try:
         with httpx.Client(base_url=url, timeout=300) as c:
@@ -108,7 +80,7 @@ def run() -> dict:
                     time.sleep(0.1)
             out["server_rss_idle_mb"] = round(_hwm_mb(proc.pid), 1)
 
-            cpu0 = _cpu_s(proc.pid)
+            cpu0 = cpu_seconds(proc.pid)
             t0 = time.perf_counter()
             r = c.post("/api/uploads", files={"file": ("bench.jsonl", body)})
             r.raise_for_status()
@@ -116,7 +88,7 @@ def run() -> dict:
             a = c.get(f"/api/episodes/{last}/advantages")
             a.raise_for_status()
             out["upload_1000x2000_seconds"] = round(time.perf_counter() - t0, 3)
-            out["upload_1000x2000_server_cpu_seconds"] = round(_cpu_s(proc.pid) - cpu0, 2)
+            out["upload_1000x2000_server_cpu_seconds"] = round(cpu_seconds(proc.pid) - cpu0, 2)
             out["upload_1000x2000_mb"] = round(len(body) / 1e6, 1)
             out["server_peak_rss_after_upload_mb"] = round(_hwm_mb(proc.pid), 1)
 
@@ -126,19 +98,20 @@ def run() -> dict:
             times = []
             for _ in range(5):  # warm-up
                 c.get(f"/api/episodes/{slug}/advantages").raise_for_status()
-            cpu0 = _cpu_s(proc.pid)
+            cpu0 = cpu_seconds(proc.pid)
             for _ in range(60):
                 t = time.perf_counter()
                 c.get(f"/api/episodes/{slug}/advantages").raise_for_status()
                 times.append(time.perf_counter() - t)
-            out["advantages_32k_server_cpu_ms_per_call"] = round((_cpu_s(proc.pid) - cpu0) / 60 * 1000, 1)
+            out["advantages_32k_server_cpu_ms_per_call"] = round(
+                (cpu_seconds(proc.pid) - cpu0) / 60 * 1000, 1
+            )
             times.sort()
             out["advantages_32k_p50_ms"] = round(statistics.median(times) * 1000, 1)
             out["advantages_32k_p99_ms"] = round(times[int(0.99 * (len(times) - 1))] * 1000, 1)
             out["server_peak_rss_mb"] = round(_hwm_mb(proc.pid), 1)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        srv.stop()
     out["load_average_1min"] = os.getloadavg()[0]
     out["goal_upload_under_5s"] = out.get("upload_1000x2000_seconds", 1e9) < 5
     out["goal_p50_under_50ms"] = out.get("advantages_32k_p50_ms", 1e9) < 50

@@ -27,9 +27,9 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
+sys.path.insert(0, str(ROOT / "tests"))
 
-from adv_helpers import Server  # noqa: E402
+from live_server import Server  # noqa: E402
 
 EPISODES_PER_UPLOAD = 8
 TOKENS = 200
