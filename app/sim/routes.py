@@ -121,7 +121,9 @@ def _sync_budget_exceeded(req: SampleRequest) -> str | None:
     if episodes > SYNC_MAX_EPISODES:
         return f"{episodes} episodes (more than {SYNC_MAX_EPISODES})"
     if req.truth == "mc" and episodes * req.n_rollouts > SYNC_MAX_MC_CONTINUATIONS:
-        return f"{episodes * req.n_rollouts} Monte Carlo continuations (more than {SYNC_MAX_MC_CONTINUATIONS})"
+        return (
+            f"{episodes * req.n_rollouts} Monte Carlo continuations (more than {SYNC_MAX_MC_CONTINUATIONS})"
+        )
     if req.critic and req.critic_steps > SYNC_MAX_CRITIC_STEPS:
         return f"{req.critic_steps} critic steps (more than {SYNC_MAX_CRITIC_STEPS})"
     return None

@@ -35,7 +35,6 @@ BASE_HEADERS: list[tuple[bytes, bytes]] = [
 ]
 
 
-
 class SecurityHeadersMiddleware:
     """Pure ASGI middleware: adds the headers above unless the response already set them."""
 
