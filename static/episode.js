@@ -81,6 +81,14 @@ async function load() {
       $("copy-status").textContent = "This episode has no critic values: showing critic = zero.";
       return;
     }
+    // A row that cannot run on this episode (e.g. ReMax without baselines): keep the last good
+    // view, untick the rows it did not have, and say why next to the controls.
+    if (data && err.field === "scheme" && err.status === 422) {
+      restoreSchemes(data.params.schemes);
+      showError(err.describe());
+      stripBox.dataset.ready = "1";
+      return;
+    }
     showError(err.describe ? err.describe() : String(err));
     stripBox.dataset.ready = "error";
   } finally {
@@ -89,6 +97,14 @@ async function load() {
   }
 }
 const reload = debounce(load, 120);
+
+function restoreSchemes(schemes) {
+  state.schemes = [...schemes];
+  const on = new Set(schemes);
+  for (const b of document.querySelectorAll('input[name="scheme"]')) b.checked = on.has(b.value);
+  $("n-rows").textContent = String(state.schemes.length);
+  syncUrl();
+}
 
 function rowsOf(d) {
   return d.schemes.map((s) => ({ name: s.name, label: s.label || s.name, advantages: s.advantages }));
