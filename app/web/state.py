@@ -11,33 +11,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from urllib.parse import quote, urlencode
 
+from estimators import available
+
+from ..compute import BASELINES
+
 DEFAULT_SCHEMES = ("outcome", "token_gae", "turn_gae")
-BASELINES = ("rloo", "grpo", "dr_grpo", "group_mean", "batch_whiten", "none")
 CRITICS = ("upload", "zero")
 
-# The pinned registry names (contracts); the live registry, when importable, is preferred.
-PINNED_REGISTRY = (
-    "returns",
-    "td",
-    "nstep",
-    "token_gae",
-    "turn_gae",
-    "verl_gae",
-    "group_mean",
-    "grpo",
-    "dr_grpo",
-    "rloo",
-    "batch_whiten",
-    "group_center_batch_scale",
-    "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline",
-    "remax",
-    "opo",
-    "gpg",
-    "grpo_passk",
-    "optimal_token_baseline",
-    "tir_optimal_token_baseline",
-)
 # Service-level schemes that are not registry entries.
 SERVICE_SCHEMES = {
     "outcome": ("outcome", "outcome advantage under the chosen group baseline", "outcome"),
@@ -55,16 +35,10 @@ def scheme_catalog() -> list[dict]:
     out = [
         {"name": n, "label": lab, "description": d, "kind": k} for n, (lab, d, k) in SERVICE_SCHEMES.items()
     ]
-    try:
-        from estimators import available
-
-        specs = available()
-        out += [
-            {"name": s.name, "label": s.label, "description": s.description, "kind": s.kind}
-            for s in specs.values()
-        ]
-    except Exception:  # the registry's modules may still be in progress; fall back to the contract
-        out += [{"name": n, "label": n, "description": "", "kind": ""} for n in PINNED_REGISTRY]
+    out += [
+        {"name": s.name, "label": s.label, "description": s.description, "kind": s.kind}
+        for s in available().values()
+    ]
     return out
 
 
@@ -142,30 +116,27 @@ class EpisodeView:
 
     def query(self) -> str:
         """The canonical query string (same key order as static/episode.js)."""
-        pairs = [
-            ("scheme", ",".join(self.schemes)),
-            ("gamma", fmt_num(self.gamma)),
-            ("lam", fmt_num(self.lam)),
-            ("baseline", self.baseline),
-            ("critic", self.critic),
-        ]
+        extra = []
         if self.open:
-            pairs.append(("open", ",".join(map(str, self.open))))
+            extra.append(("open", ",".join(map(str, self.open))))
         if self.tok is not None:
-            pairs.append(("tok", str(self.tok)))
+            extra.append(("tok", str(self.tok)))
         if self.chart:
-            pairs.append(("chart", "1"))
-        return urlencode(pairs, safe=",")
+            extra.append(("chart", "1"))
+        return urlencode(self._api_pairs() + extra, safe=",")
 
     def api_query(self) -> str:
-        pairs = [
+        """The query string of the advantages API for this view (no page-only keys)."""
+        return urlencode(self._api_pairs(), safe=",")
+
+    def _api_pairs(self) -> list[tuple[str, str]]:
+        return [
             ("scheme", ",".join(self.schemes)),
             ("gamma", fmt_num(self.gamma)),
             ("lam", fmt_num(self.lam)),
             ("baseline", self.baseline),
             ("critic", self.critic),
         ]
-        return urlencode(pairs, safe=",")
 
     def to_dict(self) -> dict:
         return asdict(self)
