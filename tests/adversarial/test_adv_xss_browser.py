@@ -16,6 +16,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from adv_helpers import Server
+from page_probe import PageProbe
 from test_adv_security import EVIL, IMG, SCRIPT, TEMPLATE, evil_episode
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -48,29 +49,12 @@ def browser(chromium):
     return chromium
 
 
-class Probe:
-    def __init__(self, page) -> None:
-        self.dialogs: list[str] = []
-        self.errors: list[str] = []
-        self.console: list[str] = []
-        page.on("dialog", self._dialog)
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
-
-    def _dialog(self, dialog) -> None:
-        self.dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    def csp(self) -> list[str]:
-        return [m for m in self.console if "Content Security Policy" in m]
-
-
 @pytest.fixture
 def page(browser, server):
     ctx = browser.new_context(base_url=server.base, viewport={"width": 1300, "height": 900})
     ctx.set_default_timeout(60_000)
     pg = ctx.new_page()
-    pg.probe = Probe(pg)
+    pg.probe = PageProbe(pg)
     yield pg
     ctx.close()
 
@@ -88,7 +72,7 @@ def visit(page, url: str) -> str:
 def assert_inert(page, url: str) -> None:
     p = page.probe
     assert p.dialogs == [], (url, p.dialogs)
-    assert p.csp() == [], (url, p.csp())
+    assert p.csp_violations() == [], (url, p.csp_violations())
     assert [e for e in p.errors if "alert" in e or "49" in e] == [], (url, p.errors)
     assert page.evaluate("document.querySelectorAll('img[src=x], svg[onload]').length") == 0, url
     assert page.evaluate("document.querySelectorAll('a[href^=\"javascript:\" i]').length") == 0, url

@@ -7,6 +7,7 @@ import browser_data as data
 import pytest
 from browser_util import upload
 from live_server import Server
+from page_probe import PageProbe
 
 
 @pytest.fixture(scope="session")
@@ -29,25 +30,6 @@ def demo(server) -> dict:
 @pytest.fixture(scope="session")
 def browser(chromium):
     return chromium
-
-
-class PageProbe:
-    """Everything a page did that a test may assert on: dialogs, page errors, CSP violations."""
-
-    def __init__(self, page):
-        self.dialogs: list[str] = []
-        self.errors: list[str] = []
-        self.console: list[str] = []
-        page.on("dialog", self._dialog)
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
-
-    def _dialog(self, dialog):
-        self.dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    def csp_violations(self) -> list[str]:
-        return [m for m in self.console if "Content Security Policy" in m]
 
 
 @pytest.fixture
