@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Kind = Literal["prompt", "policy", "tool"]
 
@@ -38,6 +38,14 @@ class EpisodeIn(BaseModel):
     truncated: bool = False
     bootstrap_value: float | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("group")
+    @classmethod
+    def _no_nul(cls, v: str | None) -> str | None:
+        # A group label is an indexed text column; PostgreSQL text cannot hold NUL characters.
+        if v is not None and "\x00" in v:
+            raise ValueError("must not contain NUL (\\u0000) characters")
+        return v
 
 
 # ---------------------------------------------------------------------------------------------

@@ -273,7 +273,7 @@ def prepare_episode(
     task = ep.meta.get("task") if isinstance(ep.meta, dict) else None
     row.update(
         group=ep.group,
-        task=str(task) if task is not None else None,
+        task=_text_column(task),
         n_tokens=n,
         n_policy=int(policy.sum()),
         n_turns=n_turns,
@@ -348,7 +348,7 @@ def _store_rows(
     delete_token = secrets.token_urlsafe(24)
     try:
         batch = Batch(
-            name=name,
+            name=_text_column(name) or "",
             source=source,
             n_episodes=len(rows),
             meta_json=_dumps(meta or {}),
@@ -600,6 +600,12 @@ def _demo_meta(path: Path) -> dict:
         return {}
     meta = json.loads(meta_path.read_text())
     return meta if isinstance(meta, dict) else {}
+
+
+def _text_column(value: Any) -> str | None:
+    """A free-form string for an indexed text column (task, batch name): PostgreSQL text cannot
+    hold NUL, so it is dropped there; the exact value stays in the row's JSON (meta)."""
+    return None if value is None else str(value).replace("\x00", "")
 
 
 def load_demo(session: Session, folder: Path = ROOT / "fixtures" / "demo") -> list[CreatedBatch]:

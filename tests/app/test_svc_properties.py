@@ -26,7 +26,7 @@ def episodes(draw):
     if draw(st.booleans()):
         ep["reward"] = draw(finite)
     if draw(st.booleans()):
-        ep["group"] = draw(st.text(min_size=1, max_size=8))
+        ep["group"] = draw(st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=8))
     return ep
 
 

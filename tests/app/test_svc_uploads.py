@@ -204,3 +204,20 @@ def test_storage_is_one_compact_row_per_episode(client):
             text('SELECT LENGTH(kinds), LENGTH("values") FROM episode')
         ).one()
     assert (n, kinds_len, values_len) == (1, 1002, 1002 * 8)  # uint8 kinds, float64 values
+
+
+def test_nul_in_group_label_is_refused_and_nul_in_names_dropped(client):
+    """PostgreSQL text cannot hold NUL: a NUL group is a 422 naming the field; a NUL in the batch
+    name or task is dropped from those columns (meta keeps the exact task)."""
+    bad = episode(group="a\x00b")
+    r = client.post("/api/uploads?format=native", content=jsonl([bad]))
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["field"] == "group" and "NUL" in err["message"] and err["episode"] in (0, 1)
+    ok = episode(group="g", meta={"task": "t\x00ask"})
+    r = client.post("/api/uploads?format=native&name=na%00me", content=jsonl([ok]))
+    assert r.status_code == 201, r.text
+    batch = client.get(f"/api/batches/{r.json()['batch_id']}").json()
+    assert batch["name"] == "name"
+    slug = r.json()["episodes"][0]["slug"]
+    assert client.get(f"/api/episodes/{slug}").json()["meta"]["task"] == "t\x00ask"
