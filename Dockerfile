@@ -18,7 +18,7 @@ RUN useradd --create-home --uid 10001 creditlens \
 WORKDIR /app
 
 # Install step (replayed by tests/app/test_docker.py in a fresh venv).
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY app ./app
 COPY estimators ./estimators
 COPY templates ./templates
@@ -26,10 +26,16 @@ COPY static ./static
 COPY fixtures ./fixtures
 COPY alembic.ini ./
 COPY migrations ./migrations
-# The project itself is pinned by pyproject.toml; torch is pinned here.
-# hadolint ignore=DL3013
-RUN pip install torch==2.13.0 $TORCH_PIP_ARGS \
-    && pip install ".[postgres]"
+# The project itself is pinned by pyproject.toml; torch is pinned here. gcc builds the GAE kernel
+# (estimators/_native.c) and is removed again in the same layer.
+# hadolint ignore=DL3008,DL3013
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install torch==2.13.0 $TORCH_PIP_ARGS \
+    && pip install ".[postgres]" \
+    && python -P -c "from estimators import native; assert native.available(), 'GAE kernel not built'" \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 
 USER 10001
 VOLUME ["/data"]

@@ -8,7 +8,7 @@ PORT ?= 8000
 
 .PHONY: install run test bench lint fixtures clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py estimators/_native.c Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch from this machine's disk; any other spec downloads a CUDA build.

@@ -1,7 +1,8 @@
 """Benchmarks of the estimator engine against verl 0.9.1 and against the memory floor.
 
-* Masked token-level GAE at B=256, T=8192, float32, with tool spans in the mask: our ``gae``,
-  verl's ``compute_gae_advantage_return`` on the same input, and the time to merely copy the inputs
+* Masked token-level GAE at B=256, T=8192, float32, with tool spans in the mask: our ``gae`` (the
+  compiled one-pass kernel when it is built), the vectorised torch path it falls back to, verl's
+  ``compute_gae_advantage_return`` on the same input, and the time to merely copy the inputs
   (clone rewards, values, mask: the memory floor).
 * Turn-level GAE at the same size.
 * GRPO / RLOO at B=4096 in groups of 8 (T=4096 for verl's token broadcast) against verl's
@@ -20,7 +21,7 @@ import time
 
 import torch
 
-from estimators import EstimatorInput, compute, gae, grpo, rloo, turn_gae
+from estimators import EstimatorInput, compute, gae, grpo, native, rloo, turn_gae
 
 
 def agent_batch(B: int, T: int, seed: int = 0):
@@ -72,9 +73,15 @@ def run() -> dict:
     out["gae.policy_token_share"] = round(mask.float().mean().item(), 3)
     verl = _verl()
 
+    def torch_path():
+        with native.disabled():
+            return gae(rewards, values, mask, 0.99, 0.95)
+
+    out["gae.native_kernel"] = native.enabled()
     fns = {
         "floor": lambda: (rewards.clone(), values.clone(), mask.clone()),
         "ours": lambda: gae(rewards, values, mask, 0.99, 0.95),
+        "torch_path": torch_path,
         "turn": lambda: turn_gae(rewards, values, mask, 0.99, 0.95),
     }
     # verl's loop takes seconds: time it in fewer rounds, interleaved with ours.
@@ -94,6 +101,8 @@ def run() -> dict:
     out["gae.B256_T8192.copy_floor_s"] = round(floor, 4)
     out["gae.B256_T8192.copy_floor_best_s"] = round(t["floor"][1], 4)
     out["gae.B256_T8192.ours_over_floor"] = round(ours / floor, 2)
+    out["gae.B256_T8192.torch_path_s"] = round(t["torch_path"][0], 4)
+    out["gae.B256_T8192.torch_path_over_floor"] = round(t["torch_path"][0] / floor, 2)
     if verl is not None:
         out["gae.B256_T8192.verl_s"] = round(tv["verl"][0], 4)
         out["gae.B256_T8192.verl_best_s"] = round(tv["verl"][1], 4)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import native
 from ._scan import CHUNK, Layout, _roundup, as_bool_mask, compress, reverse_scan
 
 __all__ = [
@@ -200,6 +201,12 @@ def gae(
     ``returns - values``.
     """
     _check_coeffs(gamma, lam)
+    _check(rewards, mask, values)
+    dtype = _out_dtype(rewards, values)
+    lv = _bootstrap(last_value, rewards.shape[0], dtype, rewards.device)
+    fused = native.gae(rewards.to(dtype), values.to(dtype), mask, float(gamma), float(lam), lv)
+    if fused is not None:  # one pass in the compiled kernel (estimators/native.py)
+        return fused
     lay, r, v, lv = _compressed_rv(rewards, values, mask, last_value)
     adv, targets = _gae_compressed(r, v, lay.counts, float(gamma), float(lam), lv)
     return lay.gather(adv), lay.gather(targets)

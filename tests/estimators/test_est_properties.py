@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import GAE_PATHS, gae_path
 from reference import (
     gae_ref,
     group_mean_ref,
@@ -70,12 +71,14 @@ def test_returns_match_reference(batch, gamma):
     torch.testing.assert_close(returns_to_go(rewards, mask, gamma), returns_ref(rewards, mask, gamma))
 
 
+@pytest.mark.parametrize("path", GAE_PATHS)
 @settings(max_examples=60, deadline=None)
-@given(batches(), COEFFS, COEFFS, st.booleans())
-def test_gae_matches_reference(batch, gamma, lam, truncated):
+@given(batch=batches(), gamma=COEFFS, lam=COEFFS, truncated=st.booleans())
+def test_gae_matches_reference(path, batch, gamma, lam, truncated):
     rewards, values, mask, last = batch
     lv = last if truncated else None
-    adv, tgt = gae(rewards, values, mask, gamma, lam, lv)
+    with gae_path(path):
+        adv, tgt = gae(rewards, values, mask, gamma, lam, lv)
     ref_adv, ref_tgt = gae_ref(rewards, values, mask, gamma, lam, lv)
     torch.testing.assert_close(adv, ref_adv)
     torch.testing.assert_close(tgt, ref_tgt)
@@ -110,9 +113,10 @@ def test_turn_gae_matches_reference(batch, gamma, lam, truncated, with_ids):
     torch.testing.assert_close(tgt, ref_tgt)
 
 
+@pytest.mark.parametrize("path", GAE_PATHS)
 @settings(max_examples=40, deadline=None)
-@given(batches(), COEFFS, COEFFS, st.booleans())
-def test_mask_invariance(batch, gamma, lam, truncated):
+@given(batch=batches(), gamma=COEFFS, lam=COEFFS, truncated=st.booleans())
+def test_mask_invariance(path, batch, gamma, lam, truncated):
     """Randomising rewards and values (even to NaN/inf) at mask-0 positions changes nothing."""
     rewards, values, mask, last = batch
     lv = last if truncated else None
@@ -131,16 +135,20 @@ def test_mask_invariance(batch, gamma, lam, truncated):
             for f in ("advantages", "value_targets")
         ),
     ):
-        for a, b in zip(fn(rewards, values), fn(r2, v2), strict=True):
+        with gae_path(path):
+            pairs = list(zip(fn(rewards, values), fn(r2, v2), strict=True))
+        for a, b in pairs:
             assert torch.equal(a, b)
             assert a[off].abs().max().item() == 0.0 if off.any() else True
 
 
+@pytest.mark.parametrize("path", GAE_PATHS)
 @settings(max_examples=40, deadline=None)
-@given(batches(), COEFFS)
-def test_lambda_1_telescopes(batch, gamma):
+@given(batch=batches(), gamma=COEFFS)
+def test_lambda_1_telescopes(path, batch, gamma):
     rewards, values, mask, _ = batch
-    adv, tgt = gae(rewards, values, mask, gamma, 1.0)
+    with gae_path(path):
+        adv, tgt = gae(rewards, values, mask, gamma, 1.0)
     torch.testing.assert_close(adv, (returns_to_go(rewards, mask, gamma) - values) * mask)
     torch.testing.assert_close(tgt, returns_to_go(rewards, mask, gamma))
 

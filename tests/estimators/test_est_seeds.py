@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from paths import GAE_PATHS, gae_path
 
 from estimators import (
     EstimatorInput,
@@ -74,8 +75,10 @@ def test_returns_gamma_0_9_discounts_once_per_policy_token():
     assert round(g[0, 1].item(), 3) == 0.475
 
 
-def test_gae_lambda_0_skips_tool_values():
-    adv, _ = gae(REWARDS, VALUES, MASK, gamma=1.0, lam=0.0)
+@pytest.mark.parametrize("path", GAE_PATHS)
+def test_gae_lambda_0_skips_tool_values(path):
+    with gae_path(path):
+        adv, _ = gae(REWARDS, VALUES, MASK, gamma=1.0, lam=0.0)
     # Position 1: -0.1 + V(c5) - V(c1) = -0.1 + 0.6 - 0.4 = 0.1 (not the garbage 9 at position 2).
     assert adv[0, 1].item() == pytest.approx(0.1, abs=1e-12)
     # Position 6: -0.1 + V(c9) - V(c6) = -0.1 + 0.8 - 0.7 = 0.0.
@@ -88,9 +91,11 @@ def test_gae_lambda_0_skips_tool_values():
     assert torch.equal(adv, td_errors(REWARDS, VALUES, MASK, 1.0))
 
 
+@pytest.mark.parametrize("path", GAE_PATHS)
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
-def test_gae_lambda_1_is_returns_minus_values(gamma):
-    adv, targets = gae(REWARDS, VALUES, MASK, gamma=gamma, lam=1.0)
+def test_gae_lambda_1_is_returns_minus_values(gamma, path):
+    with gae_path(path):
+        adv, targets = gae(REWARDS, VALUES, MASK, gamma=gamma, lam=1.0)
     expected = (returns_to_go(REWARDS, MASK, gamma) - VALUES) * MASK
     torch.testing.assert_close(adv, expected, atol=1e-12, rtol=0)
     # Value targets = A + V on policy tokens = the returns; 0 on tool positions.
@@ -194,20 +199,22 @@ def test_packed_gae_rejects_shapes():
         packed_gae(reward[None], value[None], next_value[None], terminated[None], boundary[None])
 
 
-def test_seed004_hand_computation_truncated_vs_terminal():
+@pytest.mark.parametrize("path", GAE_PATHS)
+def test_seed004_hand_computation_truncated_vs_terminal(path):
     # gamma 0.9, lam 0.95; r0 = 0, V0 = 0.4, V1 = 0.6; r1 = 1, truncated with V_final = 0.8.
     # delta1 = 1 + 0.9 * 0.8 - 0.6 = 1.12 = A1; delta0 = 0 + 0.9 * 0.6 - 0.4 = 0.14;
     # A0 = 0.14 + 0.9 * 0.95 * 1.12 = 1.0976.
     rewards = torch.tensor([[0.0, 1.0]], dtype=F64)
     values = torch.tensor([[0.4, 0.6]], dtype=F64)
     mask = torch.ones(1, 2)
-    adv, _ = gae(rewards, values, mask, 0.9, 0.95, last_value=torch.tensor([0.8], dtype=F64))
+    with gae_path(path):
+        adv, _ = gae(rewards, values, mask, 0.9, 0.95, last_value=torch.tensor([0.8], dtype=F64))
+        # Terminal instead: delta1 = 1 - 0.6 = 0.4; A0 = 0.14 + 0.855 * 0.4 = 0.482.
+        adv_t, _ = gae(rewards, values, mask, 0.9, 0.95)
+        # NaN last_value means terminated too.
+        adv_n, _ = gae(rewards, values, mask, 0.9, 0.95, last_value=torch.tensor([float("nan")], dtype=F64))
     assert adv[0].tolist() == pytest.approx([1.0976, 1.12], abs=1e-12)
-    # Terminal instead: delta1 = 1 - 0.6 = 0.4; A0 = 0.14 + 0.855 * 0.4 = 0.482.
-    adv_t, _ = gae(rewards, values, mask, 0.9, 0.95)
     assert adv_t[0].tolist() == pytest.approx([0.482, 0.4], abs=1e-12)
-    # NaN last_value means terminated too.
-    adv_n, _ = gae(rewards, values, mask, 0.9, 0.95, last_value=torch.tensor([float("nan")], dtype=F64))
     assert torch.equal(adv_n, adv_t)
     # The same two transitions packed (next_value explicit, boundary after the second):
     adv_p, _ = packed_gae(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from paths import GAE_PATHS, gae_path
 
 import estimators as E
 from estimators import EstimatorInput, compute
@@ -81,15 +82,17 @@ def close(ours, theirs, mask=None, dtype=F64):
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.99, 0.95), (0.9, 0.0), (1.0, 0.5)])
 @pytest.mark.parametrize("dtype", [F64, torch.float32])
-def test_gae(verl, seed, gamma, lam, dtype):
+@pytest.mark.parametrize("path", GAE_PATHS)
+def test_gae(verl, seed, gamma, lam, dtype, path):
     rewards, values, mask, _ = make_batch(seed, dtype)
     v_adv, v_ret = verl.compute_gae_advantage_return(rewards, values, mask, gamma, lam)
     inp = EstimatorInput(rewards=rewards, mask=mask, values=values, gamma=gamma, lam=lam)
-    ours = compute("verl_gae", inp)
+    with gae_path(path):
+        ours = compute("verl_gae", inp)
+        # Raw GAE (no whitening) is verl's returns - values on policy positions.
+        raw, _ = E.gae(rewards, values, mask, gamma, lam)
     close(ours.advantages, v_adv, mask, dtype)
     close(ours.value_targets, v_ret, mask, dtype)
-    # Raw GAE (no whitening) is verl's returns - values on policy positions.
-    raw, _ = E.gae(rewards, values, mask, gamma, lam)
     close(raw, v_ret - values, mask, dtype)
     # Documented difference: verl leaves nonzero numbers on mask-0 positions, we put 0.
     off = mask == 0
