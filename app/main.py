@@ -18,6 +18,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     import torch
 
     torch.set_num_threads(settings.torch_threads)
+    from estimators import native
+
+    native.set_default(settings.native)
     engine = make_engine(settings.database_url)
 
     @asynccontextmanager

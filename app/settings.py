@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     # torch intra-op threads in the server. Per-request tensors are small ([1, T]); on a 2-core
     # machine 1 thread is ~2.5x cheaper per request than letting torch fan out (bench/ingest.py).
     torch_threads: int = Field(default=1, ge=1)
+    # The compiled one-pass GAE kernel (estimators/native.py); off = the vectorised torch path.
+    native: bool = True
 
     @field_validator("database_url")
     @classmethod

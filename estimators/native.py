@@ -1,13 +1,15 @@
-"""The optional compiled kernel behind :func:`estimators.gae` (``estimators/_native.c``).
+"""The optional compiled kernel behind :func:`estimators.gae` and :func:`estimators.turn_gae`
+(``estimators/_native.c``).
 
 ``pip install`` builds it when a C compiler is present (it is optional: without one the install
-still succeeds). When it is built and the inputs are CPU tensors, ``gae`` makes one pass over
-the data instead of the vectorised torch path's dozen; the numbers are the same recursion, run
-in double (see ``tests/estimators/test_native.py``). Everything else falls back to the torch
+still succeeds). When it is built and the inputs are CPU tensors, ``gae`` and ``turn_gae`` make
+one pass over the data instead of the vectorised torch path's dozen; the numbers are the same
+recursion, run in double (see ``tests/estimators/test_native.py``). Everything else falls back to the torch
 path, which is always available:
 
 * ``available()`` says whether the kernel is built;
-* ``CREDITLENS_NATIVE=0`` in the environment, or ``with disabled():``, turns it off.
+* ``CREDITLENS_NATIVE=0`` in the environment, ``set_default(False)`` (the server's setting does
+  this) or ``with disabled():`` (this thread, this block) turns it off.
 """
 
 from __future__ import annotations
@@ -34,13 +36,23 @@ def available() -> bool:
     return _native is not None
 
 
+_OFF_WORDS = ("0", "false", "f", "no", "n", "off")  # pydantic's false words (app/settings.py)
+_default: bool | None = None
+
+
+def set_default(on: bool | None) -> None:
+    """Turn the kernel on or off for the whole process (None: follow ``CREDITLENS_NATIVE``)."""
+    global _default
+    _default = on
+
+
 def enabled() -> bool:
-    """True when :func:`estimators.gae` will use the kernel for CPU inputs."""
-    return (
-        _native is not None
-        and not getattr(_off, "depth", 0)
-        and os.environ.get("CREDITLENS_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
-    )
+    """True when :func:`estimators.gae` and ``turn_gae`` will use the kernel for CPU inputs."""
+    if _native is None or getattr(_off, "depth", 0):
+        return False
+    if _default is not None:
+        return _default
+    return os.environ.get("CREDITLENS_NATIVE", "1").strip().lower() not in _OFF_WORDS
 
 
 @contextmanager
@@ -53,13 +65,8 @@ def disabled():
         _off.depth -= 1
 
 
-def gae(
-    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float, last_value: Tensor | None
-) -> tuple[Tensor, Tensor] | None:
-    """Masked GAE through the kernel, or None when it does not apply (the caller falls back).
-
-    ``rewards`` and ``values`` are [B, T] of the output dtype; ``last_value`` is None or [B]
-    already cleaned by the caller (NaN -> 0)."""
+def _prepare(rewards: Tensor, values: Tensor, mask: Tensor, last_value: Tensor | None):
+    """(codes, contiguous buffers, outputs) for the kernel, or None when it does not apply."""
     if not enabled():
         return None
     vk = _V_KINDS.get(rewards.dtype)
@@ -68,31 +75,57 @@ def gae(
         return None
     if any(x.device.type != "cpu" for x in (rewards, values, mask)):
         return None
-    B, T = rewards.shape
-    r = rewards.contiguous()
-    v = values.contiguous()
     m = mask.contiguous()
     if m.dtype == torch.bool:
         m = m.view(torch.uint8)
     lv = None if last_value is None else last_value.to(device="cpu", dtype=torch.float64).contiguous()
-    adv = torch.empty(B, T, dtype=r.dtype)
-    tgt = torch.empty(B, T, dtype=r.dtype)
+    B, T = rewards.shape
+    bufs = (rewards.contiguous(), values.contiguous(), m, lv)
+    outs = (torch.empty(B, T, dtype=rewards.dtype), torch.empty(B, T, dtype=rewards.dtype))
+    # Threads cost tens of microseconds to start: small batches run on one.
+    threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
+    return (vk, mk, threads), bufs, outs
+
+
+def _addr(x: Tensor | None) -> int:
+    return 0 if x is None else x.data_ptr()
+
+
+def gae(
+    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float, last_value: Tensor | None
+) -> tuple[Tensor, Tensor] | None:
+    """Masked GAE through the kernel, or None when it does not apply (the caller falls back).
+
+    ``rewards`` and ``values`` are [B, T] of the output dtype; ``last_value`` is None or [B]
+    already cleaned by the caller (NaN -> 0)."""
+    prep = _prepare(rewards, values, mask, last_value)
+    if prep is None:
+        return None
+    (vk, mk, threads), (r, v, m, lv), (adv, tgt) = prep
+    B, T = r.shape
     if B * T:
-        # Threads cost tens of microseconds to start: small batches run on one.
-        threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
-        _native.gae(
-            r.data_ptr(),
-            v.data_ptr(),
-            m.data_ptr(),
-            0 if lv is None else lv.data_ptr(),
-            adv.data_ptr(),
-            tgt.data_ptr(),
-            B,
-            T,
-            float(gamma),
-            float(lam),
-            vk,
-            mk,
-            threads,
+        _native.gae(*map(_addr, (r, v, m, lv, adv, tgt)), B, T, float(gamma), float(lam), vk, mk, threads)
+    return adv, tgt
+
+
+def turn_gae(
+    rewards: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    gamma: float,
+    lam: float,
+    turn_ids: Tensor | None,
+    last_value: Tensor | None,
+) -> tuple[Tensor, Tensor] | None:
+    """Turn-level GAE through the kernel, or None (as :func:`gae`); ``turn_ids`` None or [B, T]."""
+    prep = _prepare(rewards, values, mask, last_value)
+    if prep is None or (turn_ids is not None and turn_ids.device.type != "cpu"):
+        return None
+    (vk, mk, threads), (r, v, m, lv), (adv, tgt) = prep
+    ids = None if turn_ids is None else turn_ids.to(torch.int64).contiguous()
+    B, T = r.shape
+    if B * T:
+        _native.turn_gae(
+            *map(_addr, (r, v, m, ids, lv, adv, tgt)), B, T, float(gamma), float(lam), vk, mk, threads
         )
     return adv, tgt

@@ -298,9 +298,17 @@ def turn_gae(
     """
     _check_coeffs(gamma, lam)
     _check(rewards, mask, values)
-    m = as_bool_mask(mask)
-    B, T = m.shape
+    if turn_ids is not None:
+        turn_ids = torch.as_tensor(turn_ids, device=mask.device)
+        if turn_ids.shape != mask.shape:
+            raise ValueError(f"turn_ids {tuple(turn_ids.shape)} and mask {tuple(mask.shape)} differ in shape")
+    B = mask.shape[0]
     dtype = _out_dtype(rewards, values)
+    lv = _bootstrap(last_value, B, dtype, mask.device)
+    fused = native.turn_gae(rewards.to(dtype), values.to(dtype), mask, float(gamma), float(lam), turn_ids, lv)
+    if fused is not None:  # one pass in the compiled kernel (estimators/native.py)
+        return fused
+    m = as_bool_mask(mask)
     # idx: 1-based turn column, 0 (the dummy column) off-mask; the same layout as compress().
     idx, first, counts = _turns(m, turn_ids)
     nmax = int(counts.max().item()) if B else 0
@@ -311,7 +319,6 @@ def turn_gae(
     v = torch.zeros(B, width, dtype=dtype, device=m.device)
     v.scatter_(1, idx.masked_fill(~first, 0), values.to(dtype))
     v[:, 0] = 0
-    lv = _bootstrap(last_value, B, dtype, m.device)
     adv, targets = _gae_compressed(r, v, counts, float(gamma), float(lam), lv)
     lay = Layout(idx=idx, counts=counts, width=width)
     return lay.gather(adv), lay.gather(targets)

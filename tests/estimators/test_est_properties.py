@@ -97,9 +97,10 @@ def test_nstep_matches_reference(batch, gamma, n, truncated):
     )
 
 
+@pytest.mark.parametrize("path", GAE_PATHS)
 @settings(max_examples=50, deadline=None)
-@given(batches(), COEFFS, COEFFS, st.booleans(), st.booleans())
-def test_turn_gae_matches_reference(batch, gamma, lam, truncated, with_ids):
+@given(batch=batches(), gamma=COEFFS, lam=COEFFS, truncated=st.booleans(), with_ids=st.booleans())
+def test_turn_gae_matches_reference(path, batch, gamma, lam, truncated, with_ids):
     rewards, values, mask, last = batch
     lv = last if truncated else None
     turn_ids = None
@@ -107,7 +108,8 @@ def test_turn_gae_matches_reference(batch, gamma, lam, truncated, with_ids):
         # Ids that merge some calls across tool spans and split others.
         g = torch.Generator().manual_seed(int(mask.sum()))
         turn_ids = torch.cumsum(torch.rand(mask.shape, generator=g) < 0.15, 1)
-    adv, tgt = turn_gae(rewards, values, mask, gamma, lam, turn_ids, lv)
+    with gae_path(path):
+        adv, tgt = turn_gae(rewards, values, mask, gamma, lam, turn_ids, lv)
     ref_adv, ref_tgt = turn_gae_ref(rewards, values, mask, gamma, lam, turn_ids, lv)
     torch.testing.assert_close(adv, ref_adv)
     torch.testing.assert_close(tgt, ref_tgt)

@@ -105,11 +105,13 @@ def test_gae_lambda_1_is_returns_minus_values(gamma, path):
         assert adv[0, [0, 5, 9]].tolist() == pytest.approx([0.4, 0.2, 0.1], abs=1e-12)
 
 
-def test_turn_gae_hand_row():
+@pytest.mark.parametrize("path", GAE_PATHS)
+def test_turn_gae_hand_row(path):
     # Turns: call 1 (r = -0.1, V = V(c0) = 0.3), call 2 (r = -0.1, V = 0.6), call 3 (r = 0.9, V = 0.8).
     # gamma = 1, lam = 0.5: d3 = 0.9 - 0.8 = 0.1; d2 = -0.1 + 0.8 - 0.6 = 0.1; d1 = -0.1 + 0.6 - 0.3 = 0.2
     # A3 = 0.1; A2 = 0.1 + 0.5 * 0.1 = 0.15; A1 = 0.2 + 0.5 * 0.15 = 0.275.
-    adv, targets = turn_gae(REWARDS, VALUES, MASK, gamma=1.0, lam=0.5)
+    with gae_path(path):
+        adv, targets = turn_gae(REWARDS, VALUES, MASK, gamma=1.0, lam=0.5)
     assert adv[0].tolist() == pytest.approx([0.275, 0.275, 0, 0, 0, 0.15, 0.15, 0, 0, 0.1], abs=1e-12)
     # Targets: A + V of the turn: 0.575, 0.75, 0.9.
     assert targets[0].tolist() == pytest.approx([0.575, 0.575, 0, 0, 0, 0.75, 0.75, 0, 0, 0.9], abs=1e-12)
@@ -229,8 +231,9 @@ def test_seed004_hand_computation_truncated_vs_terminal(path):
     assert adv_p.tolist() == pytest.approx([1.0976, 1.12], abs=1e-12)
 
 
+@pytest.mark.parametrize("path", GAE_PATHS)
 @pytest.mark.parametrize("lam", [0.0, 0.5, 0.95, 1.0])
-def test_recovery_env_credit_of_bad_matches_closed_form(lam):
+def test_recovery_env_credit_of_bad_matches_closed_form(lam, path):
     """specs/oracle-mdps.md, RecoveryEnv at q = 1 with the uniform policy and the exact critic:
     V(s0) = 0.75, V(mistake) = 0.5; a successful BAD -> RECOVER episode gets raw GAE credit
     (BAD) = -0.25 + 0.5 lam. Here each action is a 3-token call, separated by a 4-token tool span.
@@ -239,6 +242,7 @@ def test_recovery_env_credit_of_bad_matches_closed_form(lam):
     rewards = outcome_rewards(mask, torch.tensor([1.0], dtype=F64))
     values = torch.full((1, 12), 7.0, dtype=F64)  # garbage off the turn starts
     values[0, 2], values[0, 9] = 0.75, 0.5
-    adv, _ = turn_gae(rewards, values, mask, gamma=1.0, lam=lam)
+    with gae_path(path):
+        adv, _ = turn_gae(rewards, values, mask, gamma=1.0, lam=lam)
     assert adv[0, 2].item() == pytest.approx(-0.25 + 0.5 * lam, abs=1e-12)
     assert adv[0, 9].item() == pytest.approx(0.5, abs=1e-12)  # A(RECOVER) = +0.5 at q = 1
