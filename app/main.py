@@ -10,6 +10,7 @@ from fastapi.staticfiles import StaticFiles
 from .db import init_db, make_engine
 from .docs import install_docs
 from .errors import install_error_handlers
+from .malloc import tune_malloc
 from .settings import ROOT, Settings, get_settings
 
 
@@ -18,6 +19,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     import torch
 
     torch.set_num_threads(settings.torch_threads)
+    tune_malloc()
     from estimators import native
 
     native.set_default(settings.native)

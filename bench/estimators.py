@@ -9,6 +9,9 @@
 * GRPO / RLOO at B=4096 in groups of 8 (T=4096 for verl's token broadcast) against verl's
   ``grpo_vectorized`` / ``rloo_vectorized``.
 
+GAE is timed twice: with glibc's default malloc settings, then with the server's
+(``app.malloc.tune_malloc``); the headline figures are the second, both are printed.
+
 Times are medians of several runs after a warm-up, timed round-robin (floor, ours, verl) so that
 the load of a shared machine hits all alike, with ``torch.set_num_threads(2)``; the load average
 is printed with the figures. ``*_best_s`` is the fastest run.
@@ -22,6 +25,7 @@ import time
 
 import torch
 
+from app.malloc import tune_malloc
 from estimators import EstimatorInput, compute, gae, grpo, native, rloo, turn_gae
 
 
@@ -94,8 +98,15 @@ def run() -> dict:
         "torch_path": torch_path,
         "turn": lambda: turn_gae(rewards, values, mask, 0.99, 0.95),
     }
-    # verl's loop takes seconds: time it in fewer rounds, interleaved with ours.
+    # First with glibc's default malloc settings, then with the server's (app/malloc.py), which
+    # stop freed output buffers from being handed back to the kernel and faulted in again.
+    t0 = _interleaved(fns, rounds=9)
+    for k in ("ours", "torch_path", "turn", "floor_clone"):
+        out[f"gae.B256_T8192.default_malloc.{k}_s"] = round(t0[k][0], 4)
+    out["gae.B256_T8192.default_malloc.ours_over_floor"] = round(t0["ours"][0] / t0["floor"][0], 2)
+    out["malloc_tuned"] = tune_malloc()
     t = _interleaved(fns, rounds=9)
+    # verl's loop takes seconds: time it in fewer rounds, interleaved with ours.
     if verl is not None:
         tv = _interleaved(
             {

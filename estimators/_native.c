@@ -28,7 +28,21 @@
 #include <stdint.h>
 
 enum { V_F32 = 0, V_F64 = 1 };
+#ifndef PF
+#define PF 512 /* elements: prefetch this far ahead (rows are walked backwards) */
+#endif
 enum { M_I64 = 0, M_I32 = 1, M_U8 = 2, M_F32 = 3, M_F64 = 4 };
+
+/* Hardware prefetchers follow descending streams poorly: with five streams per row, asking for
+ * the data PF elements ahead brings a cold-cache pass from ~2x to ~1x the time of a memcpy. */
+#define PREFETCH(t)                                                                  \
+    if ((t) >= PF) {                                                                 \
+        __builtin_prefetch(&m[(t) - PF], 0, 0);                                      \
+        __builtin_prefetch(&r[(t) - PF], 0, 0);                                      \
+        __builtin_prefetch(&v[(t) - PF], 0, 0);                                      \
+        __builtin_prefetch(&adv[(t) - PF], 1, 0);                                    \
+        __builtin_prefetch(&tgt[(t) - PF], 1, 0);                                    \
+    }
 
 typedef struct {
     const void *r, *v, *m;
@@ -48,6 +62,7 @@ typedef struct {
         VT *adv = (VT *)j->adv + b * T, *tgt = (VT *)j->tgt + b * T;                 \
         double A = 0.0, vn = j->lv ? j->lv[b] : 0.0;                                 \
         for (int64_t t = T - 1; t >= 0; --t) {                                       \
+            PREFETCH(t)                                                              \
             if (m[t] != 0) {                                                         \
                 const double vt = (double)v[t];                                      \
                 const double d = ((double)r[t] - vt) + g * vn;                       \
@@ -95,6 +110,7 @@ typedef struct {
         double A = 0.0, vn = j->lv ? j->lv[b] : 0.0, racc = 0.0;                     \
         int64_t end = -1, first = -1; /* first = the last policy token seen */       \
         for (int64_t t = T - 1; t >= 0; --t) {                                       \
+            PREFETCH(t)                                                              \
             if (m[t] == 0) {                                                         \
                 adv[t] = 0;                                                          \
                 tgt[t] = 0;                                                          \
