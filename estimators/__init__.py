@@ -5,6 +5,7 @@ advances only on policy tokens; every recursion carries its state unchanged acro
 positions; outputs are 0 off-mask.
 """
 
+from . import native
 from .groups import (
     GroupStats,
     batch_whiten,
@@ -59,6 +60,7 @@ __all__ = [
     "grpo_passk",
     "masked_mean",
     "masked_var",
+    "native",
     "nstep_returns",
     "opo",
     "optimal_token_baseline",
