@@ -77,15 +77,6 @@ typedef struct {
         }                                                                            \
     }
 
-#define GAE_MASKS(VT)                                                                \
-    switch (j->mk) {                                                                 \
-    case M_I64: GAE_ROWS(VT, int64_t) break;                                         \
-    case M_I32: GAE_ROWS(VT, int32_t) break;                                         \
-    case M_U8: GAE_ROWS(VT, uint8_t) break;                                          \
-    case M_F32: GAE_ROWS(VT, float) break;                                           \
-    default: GAE_ROWS(VT, double) break;                                             \
-    }
-
 /* One step of the recursion for the turn [first, end] (rewards summed in racc). */
 #define TURN_STEP(VT)                                                                \
     {                                                                                \
@@ -128,13 +119,14 @@ typedef struct {
         if (first >= 0) TURN_STEP(VT)                                                \
     }
 
-#define TURN_MASKS(VT)                                                               \
+/* ROWS(VT, MT) for the job's mask type. */
+#define BY_MASK(ROWS, VT)                                                            \
     switch (j->mk) {                                                                 \
-    case M_I64: TURN_ROWS(VT, int64_t) break;                                        \
-    case M_I32: TURN_ROWS(VT, int32_t) break;                                        \
-    case M_U8: TURN_ROWS(VT, uint8_t) break;                                         \
-    case M_F32: TURN_ROWS(VT, float) break;                                          \
-    default: TURN_ROWS(VT, double) break;                                            \
+    case M_I64: ROWS(VT, int64_t) break;                                             \
+    case M_I32: ROWS(VT, int32_t) break;                                             \
+    case M_U8: ROWS(VT, uint8_t) break;                                              \
+    case M_F32: ROWS(VT, float) break;                                               \
+    default: ROWS(VT, double) break;                                                 \
     }
 
 static void *gae_job(void *arg) {
@@ -143,14 +135,14 @@ static void *gae_job(void *arg) {
     const double g = j->gamma, c = j->c;
     if (j->turns) {
         if (j->vk == V_F32) {
-            TURN_MASKS(float)
+            BY_MASK(TURN_ROWS, float)
         } else {
-            TURN_MASKS(double)
+            BY_MASK(TURN_ROWS, double)
         }
     } else if (j->vk == V_F32) {
-        GAE_MASKS(float)
+        BY_MASK(GAE_ROWS, float)
     } else {
-        GAE_MASKS(double)
+        BY_MASK(GAE_ROWS, double)
     }
     return NULL;
 }
