@@ -4,8 +4,8 @@
 ``pip install`` builds it when a C compiler is present (it is optional: without one the install
 still succeeds). When it is built and the inputs are CPU tensors, ``gae`` and ``turn_gae`` make
 one pass over the data instead of the vectorised torch path's dozen; the numbers are the same
-recursion, run in double (see ``tests/estimators/test_native.py``). Everything else falls back to the torch
-path, which is always available:
+recursion, run in double (see ``tests/estimators/test_native.py``). Everything else falls back to
+the torch path, which is always available:
 
 * ``available()`` says whether the kernel is built;
 * ``CREDITLENS_NATIVE=0`` in the environment, ``set_default(False)`` (the server's setting does
