@@ -217,6 +217,14 @@ def _check_coeffs(gamma: float, lam: float) -> None:
         raise ValueError(f"gamma and lam must be in [0, 1], got gamma={gamma}, lam={lam}")
 
 
+def _as_turn_ids(turn_ids, mask: Tensor) -> Tensor:
+    """``turn_ids`` as a tensor on the mask's device, checked to have the mask's [B, T] shape."""
+    turn_ids = torch.as_tensor(turn_ids, device=mask.device)
+    if turn_ids.shape != mask.shape:
+        raise ValueError(f"turn_ids {tuple(turn_ids.shape)} and mask {tuple(mask.shape)} differ in shape")
+    return turn_ids
+
+
 def _turns(mask: Tensor, turn_ids: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """(1-based turn column [B, T] long with 0 off-mask, first-token-of-its-turn [B, T] bool,
     number of turns per row [B] long)."""
@@ -232,9 +240,7 @@ def _turns(mask: Tensor, turn_ids: Tensor | None) -> tuple[Tensor, Tensor, Tenso
         start = m.clone()
         start[:, 1:] &= ~m[:, :-1]
     else:
-        turn_ids = torch.as_tensor(turn_ids, device=m.device)
-        if turn_ids.shape != m.shape:
-            raise ValueError(f"turn_ids {tuple(turn_ids.shape)} and mask {tuple(m.shape)} differ in shape")
+        turn_ids = _as_turn_ids(turn_ids, m)
         lay = compress(m)
         tid = torch.zeros(B, lay.width, dtype=torch.long, device=m.device)
         tid.scatter_(1, lay.idx, turn_ids.long())
@@ -299,9 +305,7 @@ def turn_gae(
     _check_coeffs(gamma, lam)
     _check(rewards, mask, values)
     if turn_ids is not None:
-        turn_ids = torch.as_tensor(turn_ids, device=mask.device)
-        if turn_ids.shape != mask.shape:
-            raise ValueError(f"turn_ids {tuple(turn_ids.shape)} and mask {tuple(mask.shape)} differ in shape")
+        turn_ids = _as_turn_ids(turn_ids, mask)
     B = mask.shape[0]
     dtype = _out_dtype(rewards, values)
     lv = _bootstrap(last_value, B, dtype, mask.device)
