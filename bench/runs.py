@@ -7,8 +7,11 @@ real run of that size holds and the queries meet a batch table and an episode ta
 
 Figures: the HTML page plus the one API answer its script reads (``GET /r/{id}`` +
 ``GET /api/runs/{id}``), and ``GET /api/runs/{id}/metrics`` — first call and median of 5 — and,
-when Chromium is installed, navigation to a drawn timeline (``#timeline[data-ready="1"]``).
-Goal: under 1 s.
+when Chromium is installed, a fresh browser's navigation until the page is open: the figures on
+the first screen drawn and clickable (``#timeline[data-ready="1"]``), and until everything below
+it (the other figures and the 1,000-row steps table) is drawn too (``data-drawn="all"``).
+Cold loads are each a fresh browser (nothing cached, Plotly compiled from scratch; median of 3);
+warm loads reuse the last one. Goal: a cold load opens in under 1 s.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from live_server import Server  # noqa: E402
 STEPS = 1_000
 EPISODES = 512
 REPEATS = 5
+COLD_BROWSERS = 3
 
 
 def _make_run(db: Path) -> int:
@@ -61,6 +65,11 @@ def _make_run(db: Path) -> int:
             group=f"g{i // 8}",
             advantages=rng.normal(size=16).tolist(),
             values=rng.normal(size=16).tolist(),
+            # The per-token signals a trainer logs, so every figure of the timeline is drawn.
+            logprobs=(-rng.exponential(size=16)).tolist(),
+            ref_logprobs=(-rng.exponential(size=16)).tolist(),
+            rollout_logprobs=(-rng.exponential(size=16)).tolist(),
+            entropy=rng.exponential(size=16).tolist(),
         )
         for i in range(EPISODES)
     ]
@@ -76,6 +85,7 @@ def _make_run(db: Path) -> int:
         for step in range(STEPS):
             wave = 1 + 0.3 * math.sin(step / 50)
             m = {k: (v * wave if isinstance(v, float) else v) for k, v in base.items()}
+            m["audit_errors"] = int(step % 97 == 0)  # what an audited step stores
             batches.append(
                 {
                     "name": f"bench · step {step}",
@@ -131,22 +141,33 @@ def _browser(base: str, run_id: int) -> dict:
         return {"run_page_browser_skipped": f"{conftest.CHROMIUM} is not installed"}
     from playwright.sync_api import sync_playwright
 
+    def load(page) -> tuple[float, float]:
+        """Seconds from navigation until the page is open, and until everything is drawn."""
+        t0 = time.perf_counter()
+        page.goto(f"{base}/r/{run_id}", wait_until="commit")
+        page.wait_for_selector('#timeline[data-ready="1"]', timeout=60_000)
+        opened = time.perf_counter() - t0
+        page.wait_for_selector('#timeline[data-drawn="all"]', timeout=60_000)
+        return opened, time.perf_counter() - t0
+
+    cold, warm = [], []
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=conftest.CHROMIUM, headless=True, args=conftest.CHROMIUM_ARGS
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(f"{base}/healthz")
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            page.goto(f"{base}/r/{run_id}")
-            page.wait_for_selector('#timeline[data-ready="1"]', timeout=60_000)
-            times.append(time.perf_counter() - t0)
-        browser.close()
+        # A fresh browser per cold load: nothing cached, Plotly compiled from scratch.
+        for i in range(COLD_BROWSERS):
+            browser = p.chromium.launch(
+                executable_path=conftest.CHROMIUM, headless=True, args=conftest.CHROMIUM_ARGS
+            )
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{base}/healthz")
+            cold.append(load(page))
+            if i == COLD_BROWSERS - 1:
+                warm = [load(page) for _ in range(REPEATS)]
+            browser.close()
     return {
-        "run_page_1000_steps_browser_first_s": round(times[0], 3),
-        "run_page_1000_steps_browser_median_s": round(statistics.median(times), 3),
+        "run_page_1000_steps_browser_cold_median_s": round(statistics.median(t for t, _ in cold), 3),
+        "run_page_1000_steps_browser_cold_max_s": round(max(t for t, _ in cold), 3),
+        "run_page_1000_steps_browser_warm_median_s": round(statistics.median(t for t, _ in warm), 3),
+        "run_page_1000_steps_all_drawn_cold_median_s": round(statistics.median(d for _, d in cold), 3),
     }
 
 
@@ -175,8 +196,8 @@ def run() -> dict:
             out["run_page_1000_steps_html_plus_api_median_s"] = round(statistics.median(page), 3)
             out["run_metrics_1000_steps_median_s"] = round(statistics.median(series), 3)
             out.update(_browser(srv.base, run_id))
-            first = out.get("run_page_1000_steps_browser_first_s", page[0])
-            out["goal_run_page_1000_steps_under_1s"] = first < 1.0
+            opened = out.get("run_page_1000_steps_browser_cold_median_s", page[0])
+            out["goal_run_page_1000_steps_under_1s"] = opened < 1.0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -14,6 +14,7 @@ export const urls = {
   talk: (step) => `/talk/${step}`,
   run: (ref) => `/r/${enc(ref)}`,
   plotly: "/vendor/plotly.min.js",
+  plotlyBasic: "/vendor/plotly-basic.min.js",
   apiBatches: (qs = "") => withQuery("/api/batches", qs),
   apiBatch: (ref) => `/api/batches/${enc(ref)}`,
   apiAudit: (ref) => `/api/batches/${enc(ref)}/audit`,

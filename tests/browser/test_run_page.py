@@ -35,6 +35,7 @@ def run(server) -> dict:
 def test_run_page_draws_the_timeline_and_a_point_opens_its_batch(page, run):
     page.goto(f"/r/{run['id']}")
     page.wait_for_selector('#timeline[data-ready="1"]')
+    page.wait_for_selector('#timeline[data-drawn="all"]')
     assert "grpo-demo" in page.text_content("h1")
     assert "4 steps" in page.text_content("#r-meta")
     # The outcome figure: pass rate and mean score over the 4 steps, as stored.
@@ -45,6 +46,9 @@ def test_run_page_draws_the_timeline_and_a_point_opens_its_batch(page, run):
     ids = page.evaluate("document.getElementById('fig-zero-variance').data.map(t => t.name)")
     assert ids == ["all", "all passed", "all failed"]
     assert page.locator("#steps tbody tr").count() == 4
+    # Figures below the first screen are drawn after it, every one of them.
+    n_figs = page.locator("#timeline .plot").count()
+    assert n_figs >= 3 and page.locator('#timeline .plot[data-drawn="1"]').count() == n_figs
     shot(page, "run-page")
     # Click the pass-rate point of step 20: Plotly reports it, the page opens that step's batch.
     point = page.locator("#fig-outcome .scatterlayer .trace").first.locator(".points path").nth(2)
@@ -62,3 +66,27 @@ def test_run_page_draws_the_timeline_and_a_point_opens_its_batch(page, run):
 def test_unknown_run_is_a_404_page(page):
     r = page.goto("/r/987654")
     assert r.status == 404
+
+
+def test_a_long_runs_steps_table_shows_the_latest_steps_then_all(page, server):
+    """Beyond 100 steps the table lists the latest 100, newest first; one click shows them all."""
+    r = httpx.post(f"{server}/api/runs", json={"name": "long-run", "config": {}})
+    assert r.status_code == 201, r.text
+    run_id = r.json()["id"]
+    body = data.jsonl([{**data.handbuilt(), "group": "t0"}])
+    with httpx.Client(base_url=server, timeout=60) as http:
+        for step in range(103):
+            posted = http.post(f"/api/runs/{run_id}/steps/{step}", content=body, params={"format": "native"})
+            assert posted.status_code == 201, posted.text
+    page.goto(f"/r/{run_id}")
+    page.wait_for_selector('#timeline[data-drawn="all"]')
+    rows = page.locator("#steps tbody tr")
+    assert rows.count() == 100
+    assert rows.first.locator("td").first.text_content() == "102"
+    assert rows.last.locator("td").first.text_content() == "3"
+    assert page.text_content("#steps-more").startswith("The latest 100 of 103 steps.")
+    page.click("#steps-all")
+    assert rows.count() == 103
+    assert rows.last.locator("td").first.text_content() == "0"
+    assert page.locator("#steps-all").count() == 0
+    assert not page.probe.errors

@@ -253,6 +253,22 @@ def test_vendored_plotly(client):
     assert client.get("/vendor/plotly.min.js", headers={"If-None-Match": etag}).status_code == 304
 
 
+def test_vendored_plotly_basic_is_the_same_plotly_js_release(client):
+    """The run page's basic bundle (static/vendor/) is plotly.js's own dist of the release the
+    installed plotly package bundles: upgrading one without the other fails here."""
+    from plotly.offline import get_plotlyjs_version
+
+    r = client.get("/vendor/plotly-basic.min.js")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/javascript")
+    assert "immutable" in r.headers["cache-control"]
+    head = r.content[:300].decode()
+    assert f"plotly.js (basic - minified) v{get_plotlyjs_version()}" in head
+    assert len(r.content) < len(client.get("/vendor/plotly.min.js").content) / 3
+    etag = r.headers["etag"]
+    assert client.get("/vendor/plotly-basic.min.js", headers={"If-None-Match": etag}).status_code == 304
+
+
 @pytest.mark.postgres
 def test_cache_on_postgresql():
     import os
