@@ -11,6 +11,7 @@ import secrets
 from typing import Any, NamedTuple
 
 from sqlalchemy import delete, func
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
 from .codecs import json_dumps, json_loads
@@ -94,18 +95,39 @@ def run_or_404(session: Session, run_id: int) -> Run:
     return run
 
 
+def _listed(stmt, name: str | None):
+    """``stmt`` narrowed to the runs a list shows: public ones (unlisted runs are never listed),
+    with exactly ``name`` when given."""
+    stmt = stmt.where(Run.visibility == PUBLIC)
+    return stmt if name is None else stmt.where(Run.name == name)
+
+
 def list_runs(
     session: Session, *, name: str | None = None, limit: int = 100, offset: int = 0
-) -> list[tuple[Run, int]]:
-    """(run, number of steps), newest first; ``name``: only runs with exactly that name."""
-    n_steps = select(Batch.run_id, func.count().label("n")).where(col(Batch.run_id).is_not(None))
-    n_steps = n_steps.group_by(Batch.run_id).subquery()
-    stmt = select(Run, func.coalesce(n_steps.c.n, 0)).outerjoin(n_steps, n_steps.c.run_id == Run.id)
-    stmt = stmt.where(Run.visibility == PUBLIC)  # unlisted runs are never listed
-    if name is not None:
-        stmt = stmt.where(Run.name == name)
-    stmt = stmt.order_by(col(Run.created_at).desc(), col(Run.id).desc()).offset(offset).limit(limit)
-    return [(r, int(n)) for r, n in session.exec(stmt).all()]
+) -> list[tuple[Run, int, int | None]]:
+    """(run, number of steps, last step or None), newest first; ``name``: only runs with exactly
+    that name. One query; the step counts are aggregated only for the page's runs."""
+    page = _listed(select(Run), name)
+    page = page.order_by(col(Run.created_at).desc(), col(Run.id).desc()).offset(offset).limit(limit)
+    page = page.subquery()
+    steps = (
+        select(Batch.run_id, func.count().label("n"), func.max(Batch.step).label("last"))
+        .where(col(Batch.run_id).in_(select(page.c.id)))
+        .group_by(Batch.run_id)
+        .subquery()
+    )
+    run = aliased(Run, page)
+    stmt = (
+        select(run, func.coalesce(steps.c.n, 0), steps.c.last)
+        .outerjoin(steps, steps.c.run_id == run.id)
+        .order_by(col(run.created_at).desc(), col(run.id).desc())
+    )
+    return [(r, int(n), last) for r, n, last in session.exec(stmt).all()]
+
+
+def count_runs(session: Session, *, name: str | None = None) -> int:
+    """How many runs :func:`list_runs` pages through (public ones; ``name``: with that name)."""
+    return int(session.exec(_listed(select(func.count()).select_from(Run), name)).one())
 
 
 def run_steps(session: Session, run_id: int) -> list[StepRow]:

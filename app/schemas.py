@@ -252,6 +252,7 @@ class RunSummaryOut(BaseModel):
     visibility: Literal["public", "unlisted"]
     created_at: str
     n_steps: int
+    last_step: int | None = Field(None, description="the highest step logged so far (null: none yet)")
 
 
 class RunStepOut(BaseModel):

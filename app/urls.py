@@ -39,6 +39,7 @@ def _with_query(path: str, query: str | dict[str, str] | None) -> str:
 # ---- pages (and the fixed paths of the API) ---------------------------------------------------------
 
 HOME = "/"
+RUNS = "/#runs"  # the home page's list of training runs (runs have no list page of their own)
 SAMPLE = "/sample"
 DOCS = "/docs"
 PLOTLY = "/vendor/plotly.min.js"

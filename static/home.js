@@ -1,5 +1,6 @@
-// Home: batches (search + source filter, state in the URL), episodes per batch, upload with drag and drop.
-import { ApiError, el, fetchJSON, fmt, readInitial, urls } from "./util.js";
+// Home: batches (search + source filter, state in the URL), episodes per batch, the newest training
+// runs, upload with drag and drop.
+import { ApiError, el, fetchJSON, fetchJSONPage, fmt, readInitial, urls } from "./util.js";
 
 const init = readInitial();
 const $ = (id) => document.getElementById(id);
@@ -99,6 +100,53 @@ export function episodeTable(eps) {
   }
   t.append(body);
   return t;
+}
+
+// ---- training runs: the newest public ones, one request (GET /api/runs is paged) ----
+const RUNS_SHOWN = 20;
+const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+
+async function loadRuns() {
+  const status = $("runs-status");
+  try {
+    const { body, total } = await fetchJSONPage(urls.apiRuns(`limit=${RUNS_SHOWN}`));
+    const list = Array.isArray(body) ? body : body.runs || [];
+    renderRuns(list);
+    const n = total ?? list.length;
+    status.textContent = !list.length
+      ? "No training runs yet: log one from a training loop (POST /api/runs, or the creditlens client)."
+      : n > list.length
+        ? `The ${list.length} newest of ${n} runs.`
+        : `${plural(n, "run", "runs")}.`;
+  } catch (err) {
+    status.textContent = `Could not list runs: ${err.describe ? err.describe() : err}`;
+  }
+  $("runs").dataset.ready = "1";
+  // Opened as /#runs: the table is drawn after the browser scrolled to the (then empty) section.
+  if (location.hash === "#runs") $("runs").scrollIntoView();
+}
+
+function renderRuns(list) {
+  if (!list.length) {
+    $("runs-table").replaceChildren();
+    return;
+  }
+  const head = el("tr", {}, ["Run", "Steps", "Last step", "Created"].map((h) => el("th", { scope: "col" }, h)));
+  const body = el("tbody");
+  for (const r of list) {
+    const ref = r.ref ?? r.id;
+    body.append(
+      el(
+        "tr",
+        { dataset: { run: String(ref) } },
+        el("td", {}, el("a", { href: urls.run(ref) }, r.name || `run ${r.id}`)),
+        el("td", { class: "num" }, r.n_steps ? plural(r.n_steps, "step", "steps") : "no steps yet"),
+        el("td", { class: "num" }, r.last_step ?? "—"),
+        el("td", {}, (r.created_at || "").replace("T", " ").slice(0, 19)),
+      ),
+    );
+  }
+  $("runs-table").replaceChildren(el("thead", {}, head), body);
 }
 
 $("search").addEventListener("submit", (e) => {
@@ -209,3 +257,4 @@ if (init.view) {
   $("source").value = init.view.source || "";
 }
 loadBatches();
+loadRuns();

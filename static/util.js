@@ -8,6 +8,7 @@ const withQuery = (path, qs) => (qs ? `${path}?${qs}` : path);
  * run is named by its `ref`: its integer id when public, its random slug when unlisted. */
 export const urls = {
   home: (qs = "") => withQuery("/", qs),
+  runs: "/#runs",
   episode: (slug, qs = "") => withQuery(`/e/${enc(slug)}`, qs),
   batch: (ref) => `/b/${enc(ref)}`,
   group: (batchRef, group) => `/b/${enc(batchRef)}/g/${enc(group)}`,
@@ -95,6 +96,12 @@ export class ApiError extends Error {
 }
 
 export async function fetchJSON(url, init = {}) {
+  return (await fetchJSONPage(url, init)).body;
+}
+
+/** fetchJSON plus the X-Total-Count header of a paged list (GET /api/runs): {body, total}, total
+ * null when the answer has none. */
+export async function fetchJSONPage(url, init = {}) {
   const r = await fetch(url, { headers: { accept: "application/json" }, ...init });
   let body = null;
   try {
@@ -103,7 +110,8 @@ export async function fetchJSON(url, init = {}) {
     body = null;
   }
   if (!r.ok) throw new ApiError(r.status, body);
-  return body;
+  const total = r.headers.get("x-total-count");
+  return { body, total: total === null ? null : Number(total) };
 }
 
 /** A number for humans: 3 significant decimals, "—" for null. */

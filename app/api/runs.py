@@ -22,10 +22,14 @@ from .uploads import FormatQuery, NameQuery, ingest, read_upload
 
 router = APIRouter(tags=["runs"])
 ERRORS = {404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+# GET /api/runs pages: the default and the most a request may ask for (a page is one query).
+RUNS_PAGE_DEFAULT = 100
+RUNS_PAGE_MAX = 1000
+TOTAL_DOC = "how many runs match (name), over all pages"
 RunId = Path(description="the run's id (public runs) or slug (unlisted runs)", max_length=64)
 
 
-def _summary(run: Run, n_steps: int) -> dict:
+def _summary(run: Run, n_steps: int, last_step: int | None) -> dict:
     ref = rs.run_ref(run)
     return {
         "id": run.id,
@@ -35,6 +39,7 @@ def _summary(run: Run, n_steps: int) -> dict:
         "url": urls.run(ref),
         "created_at": _iso(run.created_at),
         "n_steps": n_steps,
+        "last_step": last_step,
     }
 
 
@@ -67,16 +72,26 @@ def create_run(body: RunIn, request: Request, session: SessionDep):
     return json_response(out, status_code=201)
 
 
-@router.get(urls.API_RUNS, response_model=list[RunSummaryOut], summary="Runs, newest first")
+@router.get(
+    urls.API_RUNS,
+    response_model=list[RunSummaryOut],
+    responses={
+        200: {"headers": {"X-Total-Count": {"description": TOTAL_DOC, "schema": {"type": "integer"}}}}
+    },
+    summary="Runs, newest first",
+)
 def get_runs(
     session: SessionDep,
     name: str | None = Query(None, description="only runs with exactly this name"),
-    limit: int = Query(100, ge=1, le=1000),
-    offset: int = Query(0, ge=0, le=2**31 - 1),
+    limit: int = Query(RUNS_PAGE_DEFAULT, ge=1, le=RUNS_PAGE_MAX, description="runs per page"),
+    offset: int = Query(0, ge=0, le=2**31 - 1, description="runs to skip (newest first)"),
 ):
-    return json_response(
-        [_summary(r, n) for r, n in rs.list_runs(session, name=name, limit=limit, offset=offset)]
-    )
+    """One page of the public runs (unlisted runs are never listed), with the number of runs the
+    pages cover in the ``X-Total-Count`` header (the body stays a plain list)."""
+    page = rs.list_runs(session, name=name, limit=limit, offset=offset)
+    response = json_response([_summary(*row) for row in page])
+    response.headers["X-Total-Count"] = str(rs.count_runs(session, name=name))
+    return response
 
 
 @router.get(
@@ -88,7 +103,7 @@ def get_runs(
 def get_run(session: SessionDep, run_id: str = RunId):
     run = rs.run_by_ref_or_404(session, run_id)
     steps = rs.run_steps(session, run.id)
-    body = _summary(run, len(steps))
+    body = _summary(run, len(steps), steps[-1].step if steps else None)
     body["config"] = json_loads(run.config_json)
     body["steps"] = [
         {

@@ -70,11 +70,43 @@ def test_create_list_get_and_post_steps(client):
     assert "mean_entropy" not in series  # no step has entropy: no series
     listed = client.get("/api/runs").json()
     assert listed[0] == {
-        k: got[k] for k in ("id", "ref", "visibility", "name", "url", "created_at", "n_steps")
+        k: got[k] for k in ("id", "ref", "visibility", "name", "url", "created_at", "n_steps", "last_step")
     }
+    assert (got["last_step"], listed[0]["last_step"]) == (5, 5)
     assert client.get("/api/runs", params={"name": "other"}).json() == []
     # The step's batch is a normal batch: its page and API work.
     assert client.get(f"/api/batches/{r1.json()['batch_id']}").json()["n_episodes"] == 2
+
+
+def test_list_pages_newest_first_with_the_total_and_never_an_unlisted_run(client):
+    """limit/offset page the public runs newest first; X-Total-Count counts them all; a run's
+    n_steps and last_step are its own; an unlisted run is in no page and no total."""
+    runs = [new_run(client, f"page-{i}") for i in range(5)]
+    quiet = client.post("/api/runs", json={"name": "page-quiet", "visibility": "unlisted"}).json()
+    assert post_step(client, quiet["ref"], 0, [episode(1.0)]).status_code == 201
+    for step in (3, 7):
+        assert post_step(client, runs[1]["id"], step, [episode(1.0), episode(0.0)]).status_code == 201
+    newest_first = [r["id"] for r in reversed(runs)]
+    seen, totals = [], set()
+    for offset in (0, 2, 4):
+        r = client.get("/api/runs", params={"limit": 2, "offset": offset})
+        assert r.status_code == 200
+        totals.add(r.headers["x-total-count"])
+        seen += r.json()
+    assert totals == {"5"}
+    assert [x["id"] for x in seen] == newest_first
+    assert quiet["id"] not in {x["id"] for x in seen}
+    by_id = {x["id"]: x for x in seen}
+    assert (by_id[runs[1]["id"]]["n_steps"], by_id[runs[1]["id"]]["last_step"]) == (2, 7)
+    assert (by_id[runs[0]["id"]]["n_steps"], by_id[runs[0]["id"]]["last_step"]) == (0, None)
+    past = client.get("/api/runs", params={"offset": 5})
+    assert past.json() == [] and past.headers["x-total-count"] == "5"
+    named = client.get("/api/runs", params={"name": "page-quiet"})
+    assert named.json() == [] and named.headers["x-total-count"] == "0"
+    named = client.get("/api/runs", params={"name": "page-3"})
+    assert [x["id"] for x in named.json()] == [runs[3]["id"]] and named.headers["x-total-count"] == "1"
+    for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}):
+        assert client.get("/api/runs", params=bad).status_code == 422
 
 
 def test_existing_step_is_409_and_nothing_changes(client):
