@@ -162,8 +162,12 @@ async function main() {
   // "ready": the first screen is drawn and clickable (what the user sees open). "drawn": every
   // figure below it and the steps table too; each is its own task, so the page paints between.
   timeline.dataset.ready = "1";
-  for (const fig of later) {
-    await nextTask();
+  await nextTask();
+  // A frame has been produced since "ready": the first screen is on screen (bench/runs.py reads
+  // this mark's time since the navigation started).
+  performance.mark("run:open");
+  for (const [i, fig] of later.entries()) {
+    if (i) await nextTask();
     drawFigure(fig);
   }
   await nextTask();

@@ -15,7 +15,7 @@ from ..db import SessionDep
 from ..errors import ApiError
 from ..models import Run
 from ..schemas import ErrorOut, RunCreatedOut, RunIn, RunOut, RunSummaryOut, StepUploadOut
-from ._json import json_response
+from ._json import dumps, json_response
 from .batches import _iso
 from .deps import require_write
 from .uploads import FormatQuery, NameQuery, ingest, read_upload
@@ -105,18 +105,24 @@ def get_run(session: SessionDep, run_id: str = RunId):
     steps = rs.run_steps(session, run.id)
     body = _summary(run, len(steps), steps[-1].step if steps else None)
     body["config"] = json_loads(run.config_json)
-    body["steps"] = [
-        {
-            "step": s.step,
-            "batch_id": s.batch_id,
-            "batch_ref": s.batch_ref,
-            "url": urls.batch(s.batch_ref),
-            "n_episodes": s.n_episodes,
-            "metrics": json_loads(s.metrics_json) if s.metrics_json else {},
-        }
-        for s in steps
-    ]
-    return json_response(body)
+    # The steps' stored metrics are JSON text already: spliced in as stored rather than parsed
+    # and serialised again (that was most of this answer's time for a 1,000-step run).
+    head = dumps(body)[:-1]
+    steps_json = b",".join(_step_json(s) for s in steps)
+    return Response(head + b',"steps":[' + steps_json + b"]}", media_type="application/json")
+
+
+def _step_json(s: rs.StepRow) -> bytes:
+    ref = s.batch_ref
+    row = {
+        "step": s.step,
+        "batch_id": s.batch_id,
+        "batch_ref": ref,
+        "url": urls.batch(ref),
+        "n_episodes": s.n_episodes,
+    }
+    metrics = s.metrics_json.encode() if s.metrics_json else b"{}"
+    return dumps(row)[:-1] + b',"metrics":' + metrics + b"}"
 
 
 @router.get(
