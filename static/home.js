@@ -17,7 +17,8 @@ async function loadBatches() {
   if (q) params.set("q", q);
   if (source) params.set("source", source);
   const qs = params.toString();
-  history.replaceState(null, "", urls.home(qs));
+  // The search lives in the query string; the fragment (e.g. /#runs from the nav) is kept.
+  history.replaceState(null, "", urls.home(qs) + location.hash);
   const status = $("batches-status");
   status.textContent = "Loading…";
   try {
