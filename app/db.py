@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
-from collections.abc import AsyncIterator
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -61,6 +65,56 @@ def unwritable_reason(url: str) -> str | None:
     )
 
 
+# Worker threads of one server process (anyio's pool for sync endpoints; app/main.py sets it).
+WORKER_THREADS = 40
+
+
+class _Writer:
+    """One writer at a time on a SQLite file: a thread lock within the process and an flock on
+    ``<db>.writer`` between processes (``--workers 2``).
+
+    Why: SQLite has one write lock, and a writer that finds it taken waits in SQLite's busy
+    handler, which *sleeps* (1, 2, 5, ... up to 100 ms) and polls: under 20 concurrent uploaders
+    the lock sat idle while its waiters slept, and uploads took seconds. Waiting here instead
+    wakes the next writer the moment the previous one commits."""
+
+    def __init__(self, path: str) -> None:
+        self.lock = threading.Lock()
+        self.path = None if path in ("", ":memory:") else f"{path}.writer"
+        self.fd: int | None = None
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        with self.lock:
+            if self.path is None:
+                yield
+                return
+            if self.fd is None:
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)  # blocks without the GIL
+            try:
+                yield
+            finally:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
+# The writer of each SQLite engine (none for PostgreSQL).
+_WRITERS: weakref.WeakKeyDictionary[Engine, _Writer] = weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def writing(session: Session) -> Iterator[None]:
+    """Hold the database's write turn around a write transaction: from its first write to its
+    commit. Do the work (parsing, computing) before, so the turn is short. A no-op on
+    PostgreSQL, whose row locks let writers proceed side by side."""
+    writer = _WRITERS.get(session.get_bind().engine)
+    if writer is None:
+        yield
+        return
+    with writer.hold():
+        yield
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite files get WAL mode, a busy timeout and their folder created."""
     if url.startswith("sqlite"):
@@ -68,13 +122,16 @@ def make_engine(url: str) -> Engine:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # No cap on connections (max_overflow=-1): a SQLite connection is a file handle, and a
-        # capped pool (5 + 10) made requests queue for it behind the 40 worker threads.
+        # capped pool (5 + 10) made requests queue for it behind the 40 worker threads. Kept: as
+        # many as the worker threads, so a busy server reuses its connections instead of opening
+        # (and setting up) a new one per request.
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 30},
-            pool_size=10,
+            pool_size=WORKER_THREADS,
             max_overflow=-1,
         )
+        _WRITERS[engine] = _Writer(path)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every SQLite test

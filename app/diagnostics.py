@@ -31,6 +31,29 @@ def turn_data(session, batch_id: int, rows: list[EpisodeSummary]) -> dict | None
     return out
 
 
+def diagnostics_of_rows(rows: list[dict]) -> dict | None:
+    """The diagnostics of a batch about to be stored, from its prepared episode rows (with their
+    slugs, in upload order): what :func:`compute_batch_diagnostics` reads back once they are
+    stored, computed before the write so the write transaction stays short. None when they
+    cannot be computed (the batch API then computes them when read)."""
+    from .codecs import episode_arrays
+    from .models import Episode
+
+    summaries = [EpisodeSummary(*(row[name] for name in EpisodeSummary._fields)) for row in rows]
+    want = {r.slug for r in summaries if '"calls"' in r.meta_json}
+    turns = None
+    if want:
+        turns = {}
+        for row in rows:
+            if row["slug"] in want:
+                a = episode_arrays(Episode(**row))
+                turns[row["slug"]] = (a.kinds, a.turn_ids)
+    try:
+        return batch_diagnostics(summaries, turns)
+    except (ValueError, FloatingPointError, OverflowError):
+        return None
+
+
 def compute_batch_diagnostics(session, batch_id: int) -> tuple[dict, int]:
     """(diagnostics, episodes read) of a stored batch, from its summary columns (and the arrays of
     episodes with ``meta.calls`` only)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -54,6 +55,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # Threads that run requests' Python at once, per process (see Settings.worker_threads);
+        # uploads have their own, smaller share (app/api/uploads.py ingest_thread).
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
+        app.state.ingest_limiter = anyio.CapacityLimiter(settings.ingest_threads)
         init_db(engine)
         if settings.demo:
             from sqlmodel import Session

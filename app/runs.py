@@ -15,6 +15,7 @@ from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
 from .codecs import json_dumps, json_loads
+from .db import writing
 from .errors import not_found
 from .models import Batch, BatchStats, Episode, Run
 from .store import PUBLIC, UNLISTED, hash_token, new_slug, require_delete_token
@@ -168,13 +169,14 @@ def delete_run(session: Session, run_id: int, token: str | None) -> None:
     run = run_or_404(session, run_id)
     check_run_token(run, token)
     batch_ids = select(Batch.id).where(Batch.run_id == run_id)
-    try:
-        session.execute(delete(Episode).where(col(Episode.batch_id).in_(batch_ids)))
-        # The batches' stored diagnostics (their audits go by ON DELETE CASCADE).
-        session.execute(delete(BatchStats).where(col(BatchStats.batch_id).in_(batch_ids)))
-        session.execute(delete(Batch).where(Batch.run_id == run_id))
-        session.execute(delete(Run).where(Run.id == run_id))
-        session.commit()
-    except Exception:
-        session.rollback()
-        raise
+    with writing(session):
+        try:
+            session.execute(delete(Episode).where(col(Episode.batch_id).in_(batch_ids)))
+            # The batches' stored diagnostics (their audits go by ON DELETE CASCADE).
+            session.execute(delete(BatchStats).where(col(BatchStats.batch_id).in_(batch_ids)))
+            session.execute(delete(Batch).where(Batch.run_id == run_id))
+            session.execute(delete(Run).where(Run.id == run_id))
+            session.commit()
+        except Exception:
+            session.rollback()
+            raise

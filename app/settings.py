@@ -38,6 +38,16 @@ class Settings(BaseSettings):
     # torch intra-op threads in the server. Per-request tensors are small ([1, T]); on a 2-core
     # machine 1 thread is ~2.5x cheaper per request than letting torch fan out (bench/ingest.py).
     torch_threads: int = Field(default=1, ge=1)
+    # Requests whose Python runs at once in one server process (the thread pool of sync routes).
+    # One process runs one thread at a time (the GIL): more threads add no throughput, they make
+    # every request in flight slower. With 40 (the default of the ASGI stack) a loaded server
+    # served 20% fewer requests than one client sending them one by one, with second-long tails
+    # (bench/load.py). Scale with `--workers` (one per core), not with threads.
+    worker_threads: int = Field(default=4, ge=1, le=256)
+    # Uploads parsed and stored at once per process, out of their own share of threads: they are
+    # the longest requests, and the database takes one writer at a time anyway. Reads never
+    # wait behind more than this many uploads.
+    ingest_threads: int = Field(default=1, ge=1, le=64)
     # Work budgets: beyond one, the request answers 413 saying what to reduce.
     # Numbers (float64) one advantages request may hold at once (64 MB by default); an episode at
     # the token limit with every registry scheme fits.

@@ -25,6 +25,7 @@ from . import urls
 from .codecs import episode_arrays as episode_arrays  # re-exported: the store reads rows back
 from .codecs import episode_to_native as episode_to_native
 from .codecs import json_dumps
+from .db import writing
 from .errors import ApiError, not_found
 from .models import Batch, BatchStats, Episode
 from .resources import demo_dir
@@ -181,37 +182,46 @@ def _store_rows(
 ) -> CreatedBatch:
     """Write a batch and its prepared episode rows in one transaction. ``columns``: more batch
     columns (a run step's ``run_id``, ``step``, ``metrics_json``)."""
-    delete_token = secrets.token_urlsafe(24)
-    try:
-        batch = Batch(
-            name=text_column(name) or "",
-            source=source,
-            n_episodes=len(rows),
-            meta_json=json_dumps(meta or {}),
-            delete_token_hash=hash_token(delete_token),
-            slug=new_slug(),
-            **columns,
-        )
-        session.add(batch)
-        session.flush()
-        slugs = [new_slug() for _ in rows]
-        for i, (row, slug) in enumerate(zip(rows, slugs, strict=True)):
-            row["slug"] = slug
-            row["batch_id"] = batch.id
-            row["position"] = i
-        # One executemany: far faster than ORM objects for thousands of rows.
-        session.execute(insert(Episode), rows)
-        # The batch's diagnostics, once, in the same transaction: the batch API only reads them.
-        from .diagnostics import store_batch_diagnostics
+    from .diagnostics import diagnostics_of_rows
 
-        store_batch_diagnostics(session, batch.id)
-        ids = dict(
-            session.execute(select(Episode.slug, Episode.id).where(Episode.batch_id == batch.id)).all()
-        )
-        session.commit()
-    except Exception:
-        session.rollback()
-        raise
+    delete_token = secrets.token_urlsafe(24)
+    slugs = [new_slug() for _ in rows]
+    for i, (row, slug) in enumerate(zip(rows, slugs, strict=True)):
+        row["slug"] = slug
+        row["position"] = i
+    # Everything is computed before the write turn, which then holds only the inserts.
+    diagnostics = diagnostics_of_rows(rows)
+    batch = Batch(
+        name=text_column(name) or "",
+        source=source,
+        n_episodes=len(rows),
+        meta_json=json_dumps(meta or {}),
+        delete_token_hash=hash_token(delete_token),
+        slug=new_slug(),
+        **columns,
+    )
+    with writing(session):
+        try:
+            session.add(batch)
+            session.flush()
+            for row in rows:
+                row["batch_id"] = batch.id
+            # One executemany: far faster than ORM objects for thousands of rows.
+            session.execute(insert(Episode), rows)
+            # The batch's diagnostics, stored once with it: the batch API only reads them.
+            if diagnostics is not None:
+                session.add(
+                    BatchStats(
+                        batch_id=batch.id, n_episodes=len(rows), diagnostics_json=json_dumps(diagnostics)
+                    )
+                )
+            ids = dict(
+                session.execute(select(Episode.slug, Episode.id).where(Episode.batch_id == batch.id)).all()
+            )
+            session.commit()
+        except Exception:
+            session.rollback()
+            raise
     ref = batch_ref(batch)
     return CreatedBatch(
         batch_id=batch.id,
@@ -380,6 +390,11 @@ def delete_episode(session: Session, slug: str, token: str | None) -> None:
     batch = session.get(Batch, ep.batch_id)
     if batch is None:  # the batch was deleted meanwhile
         raise not_found(f"Episode {slug!r}")
+    with writing(session):
+        _delete_episode(session, ep, batch, slug)
+
+
+def _delete_episode(session: Session, ep: Episode, batch: Batch, slug: str) -> None:
     try:
         from .diagnostics import store_batch_diagnostics
 
@@ -399,20 +414,18 @@ def delete_episode(session: Session, slug: str, token: str | None) -> None:
 def delete_batch(session: Session, batch_id: int, token: str | None) -> None:
     """Delete a batch and all its episodes (token = the batch's delete token)."""
     check_delete_token(session, batch_id, token)
-    try:
-        for ep in session.exec(select(Episode).where(Episode.batch_id == batch_id)).all():
-            session.delete(ep)
-        session.execute(sa_delete(BatchStats).where(col(BatchStats.batch_id) == batch_id))
-        session.flush()
-        batch = session.get(Batch, batch_id)
-        if batch is not None:
-            session.delete(batch)
-        session.commit()
-        if batch is None:
-            raise not_found(f"Batch {batch_id}")
-    except (StaleDataError, ObjectDeletedError):  # deleted by a concurrent request
-        session.rollback()
-        raise not_found(f"Batch {batch_id}") from None
+    with writing(session):
+        try:
+            # Bulk deletes: a batch's episodes are never loaded (their arrays can be gigabytes).
+            session.execute(sa_delete(Episode).where(col(Episode.batch_id) == batch_id))
+            session.execute(sa_delete(BatchStats).where(col(BatchStats.batch_id) == batch_id))
+            gone = session.execute(sa_delete(Batch).where(col(Batch.id) == batch_id)).rowcount
+            session.commit()
+        except (StaleDataError, ObjectDeletedError):  # deleted by a concurrent request
+            session.rollback()
+            raise not_found(f"Batch {batch_id}") from None
+    if not gone:  # deleted by a concurrent request meanwhile
+        raise not_found(f"Batch {batch_id}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ run's stored per-step metrics, delete a run with its delete token."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import IntegrityError
 
 from .. import runs as rs
@@ -18,7 +17,7 @@ from ..schemas import ErrorOut, RunCreatedOut, RunIn, RunOut, RunSummaryOut, Ste
 from ._json import dumps, json_response
 from .batches import _iso
 from .deps import require_write
-from .uploads import FormatQuery, NameQuery, ingest, read_upload
+from .uploads import FormatQuery, NameQuery, ingest, ingest_thread, read_upload
 
 router = APIRouter(tags=["runs"])
 ERRORS = {404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
@@ -163,7 +162,8 @@ async def post_step(
     body = await read_upload(request, format, name)
     settings = request.app.state.settings
     try:
-        out = await run_in_threadpool(
+        out = await ingest_thread(
+            request,
             ingest,
             session,
             body,
@@ -180,7 +180,7 @@ async def post_step(
         raise _step_exists(ref, step) from None
     # The trainer's advantages, when the step has them, are audited now (once) so the timeline can
     # show each step's number of error findings.
-    await run_in_threadpool(audit_step, session, out["batch_id"], settings)
+    await ingest_thread(request, audit_step, session, out["batch_id"], settings)
     return json_response({**out, "step": step}, status_code=201)
 
 

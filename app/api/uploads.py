@@ -3,11 +3,13 @@ validated whole, stored in one transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
+import anyio
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session
 
 from ..db import SessionDep
@@ -169,6 +171,15 @@ def ingest(
     return created.model_dump()
 
 
+T = TypeVar("T")
+
+
+async def ingest_thread(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread from the uploads' own share (Settings.ingest_threads)."""
+    limiter = getattr(request.app.state, "ingest_limiter", None)
+    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=limiter)
+
+
 # The query parameters of every upload route (POST /api/uploads, POST /api/runs/{id}/steps/{step}).
 FormatQuery = Query(None, description="auto (default) or one of the format names; see GET /api/formats")
 NameQuery = Query(None, description="batch name (default: the file name)")
@@ -198,7 +209,7 @@ async def upload(
     the line, episode and field and nothing is stored."""
     body = await read_upload(request, format, name, visibility)
     resolve_visibility(body.visibility, request.app.state.settings)  # 422 before any parsing
-    out = await run_in_threadpool(ingest, session, body, request.app.state.settings)
+    out = await ingest_thread(request, ingest, session, body, request.app.state.settings)
     return json_response(out, status_code=201)
 
 
