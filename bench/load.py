@@ -127,22 +127,41 @@ def _pct(xs: list[float], q: float) -> float | None:
     return round(s[min(len(s) - 1, int(q * len(s)))], 4)
 
 
+async def _send(
+    conn: Connection,
+    phase: Phase,
+    what: str,
+    method: str,
+    target: str,
+    body: bytes,
+    expect: int,
+    t_due: float,
+) -> tuple[float, bytes] | None:
+    """(latency since ``t_due``, body) of one request, or None with the error recorded."""
+    try:
+        status, data = await conn.request(method, target, body)
+    except HttpError as e:
+        phase.error(f"{what}: {e}")
+        return None
+    dt = time.perf_counter() - t_due
+    if status != expect:
+        phase.error(f"{what}: {status} {data[:200]!r}")
+        return None
+    return dt, data
+
+
 async def upload(conn: Connection, store: Store, phase: Phase, t_due: float) -> None:
     store.n += 1
     tag = f"u{store.n}x{random.getrandbits(32):08x}"
     body = TEMPLATE.replace(TAG.encode(), tag.encode())
-    try:
-        status, data = await conn.request("POST", f"/api/uploads?format=native&name=load+{tag}", body)
-    except HttpError as e:
-        phase.error(f"upload: {e}")
+    got = await _send(
+        conn, phase, "upload", "POST", f"/api/uploads?format=native&name=load+{tag}", body, 201, t_due
+    )
+    if got is None:
         return
-    dt = time.perf_counter() - t_due
-    if status != 201:
-        phase.error(f"upload: {status} {data[:200]!r}")
-        return
-    out = json.loads(data)
+    out = json.loads(got[1])
     slugs = [e["slug"] for e in out["episodes"]]
-    phase.upload_lat.append(dt)
+    phase.upload_lat.append(got[0])
     store.created.append((out["batch_id"], slugs, tag))
     store.slugs.extend((out["batch_id"], s, f"task-{k % 2}") for k, s in enumerate(slugs))
 
@@ -158,16 +177,9 @@ async def read(conn: Connection, store: Store, phase: Phase, rng: random.Random,
             f"/e/{slug}",
         ]
     )
-    try:
-        status, data = await conn.request("GET", url)
-    except HttpError as e:
-        phase.error(f"read {url}: {e}")
-        return
-    dt = time.perf_counter() - t_due
-    if status != 200:
-        phase.error(f"read {url}: {status} {data[:200]!r}")
-        return
-    phase.read_lat.append(dt)
+    got = await _send(conn, phase, f"read {url}", "GET", url, b"", 200, t_due)
+    if got is not None:
+        phase.read_lat.append(got[0])
 
 
 def _conn(port: int) -> Connection:

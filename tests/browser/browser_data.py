@@ -104,3 +104,21 @@ def long_episode(n_tokens: int = 32_768, seed: int = 0) -> dict:
 
 def jsonl(episodes: list[dict]) -> str:
     return "".join(json.dumps(e) + "\n" for e in episodes)
+
+
+def post_run(server: str, name: str, steps: dict[int, list[dict]], **body) -> dict:
+    """A run created and logged step by step through the real API: the run's answer plus
+    ``batches`` (step -> batch id). ``body``: more fields of the run (e.g. visibility)."""
+    import httpx
+
+    r = httpx.post(f"{server}/api/runs", json={"name": name, "config": {"lr": 1e-6}, **body})
+    assert r.status_code == 201, r.text
+    run = {**r.json(), "batches": {}}
+    with httpx.Client(base_url=server, timeout=60) as http:
+        for step, episodes in steps.items():
+            s = http.post(
+                f"/api/runs/{run['ref']}/steps/{step}", content=jsonl(episodes), params={"format": "native"}
+            )
+            assert s.status_code == 201, s.text
+            run["batches"][step] = s.json()["batch_id"]
+    return run

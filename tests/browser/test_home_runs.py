@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 import browser_data as data
-import httpx
 import pytest
 from browser_util import shot
 
@@ -15,20 +14,9 @@ pytestmark = pytest.mark.browser
 
 
 def _run(server: str, name: str, steps: list[int], **body) -> dict:
-    """A run created and logged step by step through the real API (2 episodes a step)."""
-    r = httpx.post(f"{server}/api/runs", json={"name": name, "config": {"lr": 1e-6}, **body})
-    assert r.status_code == 201, r.text
-    run = r.json()
-    for step in steps:
-        eps = [{**data.handbuilt(), "reward": float(i), "group": "t0"} for i in range(2)]
-        s = httpx.post(
-            f"{server}/api/runs/{run['ref']}/steps/{step}",
-            content=data.jsonl(eps),
-            params={"format": "native"},
-            timeout=60,
-        )
-        assert s.status_code == 201, s.text
-    return run
+    """A run logged through the real API, 2 episodes a step."""
+    eps = [{**data.handbuilt(), "reward": float(i), "group": "t0"} for i in range(2)]
+    return data.post_run(server, name, dict.fromkeys(steps, eps), **body)
 
 
 def test_home_lists_a_logged_run_and_its_name_opens_the_run_page(page, server):

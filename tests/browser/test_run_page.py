@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import browser_data as data
-import httpx
 import pytest
 from browser_util import shot
 
@@ -16,20 +15,11 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def run(server) -> dict:
     """A run of 4 steps whose pass rate climbs 0, 1/4, 1/2, 3/4 (4 episodes per step)."""
-    r = httpx.post(f"{server}/api/runs", json={"name": "grpo-demo", "config": {"lr": 1e-6, "n": 4}})
-    assert r.status_code == 201, r.text
-    out = {**r.json(), "batches": {}}
-    for step in range(4):
-        eps = [{**data.handbuilt(), "reward": float(i < step), "group": f"t{i // 2}"} for i in range(4)]
-        body = httpx.post(
-            f"{server}/api/runs/{out['id']}/steps/{step * 10}",
-            content=data.jsonl(eps),
-            params={"format": "native"},
-            timeout=60,
-        )
-        assert body.status_code == 201, body.text
-        out["batches"][step * 10] = body.json()["batch_id"]
-    return out
+    steps = {
+        step * 10: [{**data.handbuilt(), "reward": float(i < step), "group": f"t{i // 2}"} for i in range(4)]
+        for step in range(4)
+    }
+    return data.post_run(server, "grpo-demo", steps)
 
 
 def test_run_page_draws_the_timeline_and_a_point_opens_its_batch(page, run):
@@ -70,14 +60,8 @@ def test_unknown_run_is_a_404_page(page):
 
 def test_a_long_runs_steps_table_shows_the_latest_steps_then_all(page, server):
     """Beyond 100 steps the table lists the latest 100, newest first; one click shows them all."""
-    r = httpx.post(f"{server}/api/runs", json={"name": "long-run", "config": {}})
-    assert r.status_code == 201, r.text
-    run_id = r.json()["id"]
-    body = data.jsonl([{**data.handbuilt(), "group": "t0"}])
-    with httpx.Client(base_url=server, timeout=60) as http:
-        for step in range(103):
-            posted = http.post(f"/api/runs/{run_id}/steps/{step}", content=body, params={"format": "native"})
-            assert posted.status_code == 201, posted.text
+    episodes = [{**data.handbuilt(), "group": "t0"}]
+    run_id = data.post_run(server, "long-run", dict.fromkeys(range(103), episodes))["id"]
     page.goto(f"/r/{run_id}")
     page.wait_for_selector('#timeline[data-drawn="all"]')
     rows = page.locator("#steps tbody tr")
