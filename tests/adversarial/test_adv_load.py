@@ -1,5 +1,5 @@
 """A short run of the load benchmark (bench/load.py) as a test: 8 uploaders and 24 readers, every
-phase (sequential, paced, saturated; on one worker, then two) for 4 s against real server processes
+phase (sequential, paced, saturated; on one worker, then two) for 3 s against real server processes
 with the write token on. No upload may be lost, no request may fail, and the server must never
 report "database is locked" or a traceback.
 
@@ -27,7 +27,7 @@ def _load_bench():
 
 
 def test_short_load_loses_nothing():
-    figures = _load_bench().run(duration=4, uploaders=8, readers=24)
+    figures = _load_bench().run(duration=3, uploaders=8, readers=24)
     print(figures)
     assert figures["uploads_acknowledged"] >= 20, figures
     for workers in ("one_worker", "two_workers"):
