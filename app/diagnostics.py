@@ -6,6 +6,7 @@ defined in app/domain.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -15,20 +16,29 @@ from .codecs import json_loads
 from .compute import outcome_advantages
 from .store import EpisodeSummary, batch_episodes, batch_summaries
 
+# What batch_diagnostics may raise on extreme scores: the batch is stored all the same, without them.
+DIAGNOSTICS_ERRORS = (ValueError, FloatingPointError, OverflowError)
 
-def turn_data(session, batch_id: int, rows: list[EpisodeSummary]) -> dict | None:
-    """slug -> (kinds, turn ids) for episodes whose meta has `calls` (decoded only then)."""
+
+def _turns(rows: list[EpisodeSummary], episodes: Callable[[], Iterable[Any]]) -> dict | None:
+    """slug -> (kinds, turn ids) for episodes whose meta has `calls`; ``episodes`` (stored rows)
+    is called, and its arrays decoded, only when some have."""
     from .codecs import episode_arrays
 
     want = {r.slug for r in rows if '"calls"' in r.meta_json}
     if not want:
         return None
     out = {}
-    for ep in batch_episodes(session, batch_id):
+    for ep in episodes():
         if ep.slug in want:
             a = episode_arrays(ep)
             out[ep.slug] = (a.kinds, a.turn_ids)
     return out
+
+
+def turn_data(session, batch_id: int, rows: list[EpisodeSummary]) -> dict | None:
+    """slug -> (kinds, turn ids) for the stored batch's episodes whose meta has `calls`."""
+    return _turns(rows, lambda: batch_episodes(session, batch_id))
 
 
 def diagnostics_of_rows(rows: list[dict]) -> dict | None:
@@ -36,21 +46,12 @@ def diagnostics_of_rows(rows: list[dict]) -> dict | None:
     slugs, in upload order): what :func:`compute_batch_diagnostics` reads back once they are
     stored, computed before the write so the write transaction stays short. None when they
     cannot be computed (the batch API then computes them when read)."""
-    from .codecs import episode_arrays
     from .models import Episode
 
     summaries = [EpisodeSummary(*(row[name] for name in EpisodeSummary._fields)) for row in rows]
-    want = {r.slug for r in summaries if '"calls"' in r.meta_json}
-    turns = None
-    if want:
-        turns = {}
-        for row in rows:
-            if row["slug"] in want:
-                a = episode_arrays(Episode(**row))
-                turns[row["slug"]] = (a.kinds, a.turn_ids)
     try:
-        return batch_diagnostics(summaries, turns)
-    except (ValueError, FloatingPointError, OverflowError):
+        return batch_diagnostics(summaries, _turns(summaries, lambda: (Episode(**row) for row in rows)))
+    except DIAGNOSTICS_ERRORS:
         return None
 
 
@@ -70,7 +71,7 @@ def store_batch_diagnostics(session, batch_id: int) -> None:
     old = session.get(BatchStats, batch_id)
     try:
         diag, n = compute_batch_diagnostics(session, batch_id)
-    except (ValueError, FloatingPointError, OverflowError):
+    except DIAGNOSTICS_ERRORS:
         # Never lose an upload to its diagnostics: without a row the batch API computes them.
         if old is not None:
             session.delete(old)

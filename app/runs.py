@@ -18,7 +18,7 @@ from .codecs import json_dumps, json_loads
 from .db import writing
 from .errors import not_found
 from .models import Batch, BatchStats, Episode, Run
-from .store import PUBLIC, UNLISTED, hash_token, new_slug, require_delete_token
+from .store import PUBLIC, UNLISTED, hash_token, new_slug, require_delete_token, row_by_id, row_by_ref
 from .validate import text_column
 
 
@@ -58,10 +58,7 @@ def create_run(
 
 
 def get_run(session: Session, run_id: int) -> Run | None:
-    # Ids are positive 64-bit integers; SQLite raises OverflowError on binding anything larger.
-    if not 0 < run_id < 2**63:
-        return None
-    return session.get(Run, run_id)
+    return row_by_id(session, Run, run_id)
 
 
 def run_ref(run: Run) -> int | str:
@@ -72,13 +69,7 @@ def run_ref(run: Run) -> int | str:
 def run_by_ref(session: Session, ref: int | str) -> Run | None:
     """The run a URL names: a public run by its integer id, any run by its slug (an unlisted run's
     id names nothing)."""
-    ref = str(ref)
-    if ref.isascii() and ref.isdigit():
-        run = get_run(session, int(ref)) if len(ref) < 20 else None
-        return run if run is not None and run.visibility == PUBLIC else None
-    if not ref or len(ref) > 64:
-        return None
-    return session.exec(select(Run).where(Run.slug == ref)).first()
+    return row_by_ref(session, Run, ref)
 
 
 def run_by_ref_or_404(session: Session, ref: int | str) -> Run:

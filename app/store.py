@@ -13,7 +13,7 @@ import json
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import delete as sa_delete
@@ -33,6 +33,8 @@ from .schemas import BatchEpisodeOut, EpisodeIn
 from .settings import Settings
 from .step_metrics import StepMetrics
 from .validate import prepare_episode, text_column
+
+T = TypeVar("T")
 
 
 class CreatedEpisode(BaseModel):
@@ -77,16 +79,30 @@ def batch_ref(b: Batch) -> int | str:
     return b.slug if b.visibility == UNLISTED and b.slug else b.id
 
 
-def batch_by_ref(session: Session, ref: int | str) -> Batch | None:
-    """The batch a URL names: a public batch by its integer id, any batch by its slug. An unlisted
-    batch's id names nothing (None), so sequential ids never reveal it."""
+def row_by_ref(session: Session, model: type[T], ref: int | str) -> T | None:
+    """The batch or run (``model``) a URL names: a public one by its integer id, any one by its
+    slug. An unlisted one's id names nothing (None), so sequential ids never reveal it."""
     ref = str(ref)
     if ref.isascii() and ref.isdigit():
-        b = get_batch(session, int(ref)) if len(ref) < 20 else None
-        return b if b is not None and b.visibility == PUBLIC else None
+        row = row_by_id(session, model, int(ref)) if len(ref) < 20 else None
+        return row if row is not None and row.visibility == PUBLIC else None  # type: ignore[attr-defined]
     if not ref or len(ref) > 64:
         return None
-    return session.exec(select(Batch).where(Batch.slug == ref)).first()
+    return session.exec(select(model).where(model.slug == ref)).first()  # type: ignore[attr-defined]
+
+
+def row_by_id(session: Session, model: type[T], row_id: int) -> T | None:
+    """The row of ``model`` with this id, or None. Ids are positive 64-bit integers; anything else
+    (e.g. /b/9223372036854775808) cannot exist, and SQLite would raise OverflowError (a 500) on
+    binding it."""
+    if not 0 < row_id < 2**63:
+        return None
+    return session.get(model, row_id)
+
+
+def batch_by_ref(session: Session, ref: int | str) -> Batch | None:
+    """:func:`row_by_ref` for batches."""
+    return row_by_ref(session, Batch, ref)
 
 
 def batch_by_ref_or_404(session: Session, ref: int | str) -> Batch:
@@ -251,11 +267,7 @@ def episode_or_404(session: Session, slug: str) -> Episode:
 
 
 def get_batch(session: Session, batch_id: int) -> Batch | None:
-    # Ids are positive 64-bit integers; anything else (e.g. /b/9223372036854775808) cannot exist,
-    # and SQLite would raise OverflowError (a 500) on binding it.
-    if not 0 < batch_id < 2**63:
-        return None
-    return session.get(Batch, batch_id)
+    return row_by_id(session, Batch, batch_id)
 
 
 def batch_or_404(session: Session, batch_id: int) -> Batch:

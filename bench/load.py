@@ -57,12 +57,17 @@ TOKEN = "load-test-write-token"
 TAG = "@@TAG@@"
 
 
+def expected_tokens(tag: str, k: int) -> list[str]:
+    """The tokens of episode ``k`` of the upload tagged ``tag``."""
+    return [f"{tag}-{k}-{i}" for i in range(TOKENS)]
+
+
 def _template() -> bytes:
     """One upload's JSONL with a placeholder in every token (filled per upload: cheap and unique)."""
     rng = random.Random(0)
     lines = []
     for k in range(EPISODES_PER_UPLOAD):
-        toks = [f"{TAG}-{k}-{i}" for i in range(TOKENS)]
+        toks = expected_tokens(TAG, k)
         kinds = ["prompt"] * 20 + ["policy"] * (TOKENS - 20)
         values = [round(rng.random(), 3) for _ in range(TOKENS)]
         ep = {
@@ -77,10 +82,6 @@ def _template() -> bytes:
 
 
 TEMPLATE = _template()
-
-
-def expected_tokens(tag: str, k: int) -> list[str]:
-    return [f"{tag}-{k}-{i}" for i in range(TOKENS)]
 
 
 @dataclass

@@ -170,7 +170,10 @@ def _browser(base: str, run_id: int) -> dict:
             if i == COLD_BROWSERS - 1:
                 warm = [load(page) for _ in range(REPEATS)]
             browser.close()
-    med = lambda xs: round(statistics.median(xs), 3)  # noqa: E731
+
+    def med(xs) -> float:
+        return round(statistics.median(xs), 3)
+
     return {
         "run_page_1000_steps_browser_cold_median_s": med(o for o, _, _ in cold),
         "run_page_1000_steps_browser_cold_max_s": round(max(o for o, _, _ in cold), 3),

@@ -127,17 +127,19 @@ def test_turn_loo_and_monte_carlo_on_the_demo_batch(client, demo):
         np.testing.assert_allclose(got[pol], mc[pol], rtol=0, atol=1e-12)
 
 
+def two_turns(reward: float, states: list) -> dict:
+    """Two turns (policy, tool, policy) with the native ``turn_states`` of each."""
+    return {
+        "tokens": ["p", "a", "o", "b"],
+        "kinds": ["prompt", "policy", "tool", "policy"],
+        "reward": reward,
+        "group": "g",
+        "turn_states": states,
+    }
+
+
 def test_native_turn_states_group_the_turns_the_upload_says(client):
     # Two attempts, two turns each; states given: both first turns "A", second turns "B" vs "C".
-    def two_turns(reward, states):
-        return {
-            "tokens": ["p", "a", "o", "b"],
-            "kinds": ["prompt", "policy", "tool", "policy"],
-            "reward": reward,
-            "group": "g",
-            "turn_states": states,
-        }
-
     body = upload(client, [two_turns(1.0, ["A", "B"]), two_turns(0.0, ["A", "C"])]).json()
     slug = body["episodes"][0]["slug"]
     stored = client.get(f"/api/episodes/{slug}").json()
@@ -182,15 +184,6 @@ def test_monte_carlo_without_turn_values_is_a_422_naming_meta_turn_values(client
 
 def test_offline_compute_reads_native_turn_states_like_the_server(client):
     from app.cli import compute_file
-
-    def two_turns(reward, states):
-        return {
-            "tokens": ["p", "a", "o", "b"],
-            "kinds": ["prompt", "policy", "tool", "policy"],
-            "reward": reward,
-            "group": "g",
-            "turn_states": states,
-        }
 
     eps = [two_turns(1.0, ["A", "B"]), two_turns(0.0, ["A", "B"]), two_turns(0.5, ["A", "C"])]
     offline = compute_file(
