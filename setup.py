@@ -7,7 +7,7 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
-# Top-level folders (and files) a built wheel carries under app/_data/ (found by app/resources.py).
+# Top-level folders (and files) a built wheel carries under app/_data/ (found by app/core/resources.py).
 DATA = ("templates", "static", "migrations", "fixtures/demo", "alembic.ini")
 
 

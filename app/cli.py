@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import schemes, urls
+from app.core import schemes, urls
 
 
 def _db_url(db: str) -> str:
@@ -46,14 +46,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["CREDITLENS_DATABASE_URL"] = _db_url(args.db)
     if args.demo:
         os.environ["CREDITLENS_DEMO"] = "true"
-    from .settings import Settings
+    from app.core.settings import Settings
 
     try:
         settings = Settings()  # validate now: a bad setting stops here with a clear message
     except Exception as e:
         print(f"creditlens: invalid settings: {_settings_error(e)}", file=sys.stderr)
         return 2
-    from .db import display_url, unwritable_reason
+    from app.storage.db import display_url, unwritable_reason
 
     # A /data that this user cannot write (a bind mount owned by root, say) would otherwise end in
     # a traceback from the first connection: say what to do instead.
@@ -66,8 +66,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # do both once here, before they start (their own start-up then finds nothing to do).
         from sqlmodel import Session
 
-        from .db import init_db, make_engine
-        from .store import load_demo
+        from app.storage.db import init_db, make_engine
+        from app.storage.store import load_demo
 
         engine = make_engine(settings.database_url)
         init_db(engine)
@@ -96,9 +96,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     if args.db:
         os.environ["CREDITLENS_DATABASE_URL"] = _db_url(args.db)
-    from .db import make_engine
-    from .migrate import downgrade, upgrade
-    from .settings import Settings
+    from app.core.settings import Settings
+    from app.storage.db import make_engine
+    from app.storage.migrate import downgrade, upgrade
 
     engine = make_engine(Settings().database_url)
     if args.revision.startswith("-") or args.revision == "base":
@@ -184,14 +184,17 @@ def compute_file(
     """Offline: every episode of an upload file -> its advantages payload. The file is one batch."""
     import numpy as np
 
-    from .codecs import arrays_from_native
-    from .ingest import parse_upload
-    from .validate import prepare_episode
+    from app.core.arrays import arrays_from_native
+    from app.core.validate import prepare_episode
+    from app.ingest import parse_upload
 
     parsed = parse_upload(data, fmt=fmt, filename=filename)
     for i, ep in enumerate(parsed.episodes):
         prepare_episode(ep, episode=i + 1, line=parsed.lines[i])  # same validation as the server
-    from .compute import BatchContext, episode_advantages  # torch: imported only once the file is valid
+    from app.compute.advantages import (  # torch: imported only once the file is valid
+        BatchContext,
+        episode_advantages,
+    )
 
     arrays = [arrays_from_native(ep) for ep in parsed.episodes]
     groups = [a.group for a in arrays]
@@ -208,7 +211,7 @@ def compute_file(
 
 
 def cmd_compute(args: argparse.Namespace) -> int:
-    from .errors import ApiError
+    from app.core.errors import ApiError
 
     path = Path(args.file)
     if not path.is_file():
@@ -228,7 +231,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     except ApiError as e:
         print(f"creditlens compute: {e.message}", file=sys.stderr)
         return 1
-    from .api._json import dumps
+    from app.http.api._json import dumps
 
     text = b"\n".join(dumps(p) for p in payloads) + b"\n"
     if args.out:
@@ -268,13 +271,13 @@ def audit_text(body: dict) -> str:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .errors import ApiError
+    from app.core.errors import ApiError
 
     path = Path(args.file)
     if not path.is_file():
         print(f"creditlens audit: no such file: {path}", file=sys.stderr)
         return 2
-    from .audit import audit_file
+    from app.compute.audit import audit_file
 
     try:
         body = audit_file(path.read_bytes(), fmt=args.format, filename=path.name)
@@ -282,7 +285,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"creditlens audit: {e.message}", file=sys.stderr)
         return 2
     if args.json:
-        from .api._json import dumps
+        from app.http.api._json import dumps
 
         sys.stdout.buffer.write(dumps(body) + b"\n")
     else:

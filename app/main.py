@@ -10,13 +10,13 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .db import init_db, make_engine
-from .docs import install_docs
-from .errors import install_error_handlers
-from .jobs import JobPool
-from .malloc import tune_malloc
-from .resources import static_dir
-from .settings import Settings, get_settings
+from app.core.resources import static_dir
+from app.core.settings import Settings, get_settings
+from app.http.docs import install_docs
+from app.http.errors import install_error_handlers
+from app.malloc import tune_malloc
+from app.storage.db import init_db, make_engine
+from app.storage.jobs import JobPool
 
 WORKER_HEADER = b"x-creditlens-worker"
 
@@ -51,19 +51,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     native.set_default(settings.native)
     engine = make_engine(settings.database_url)
-    jobs = JobPool.from_settings(engine, settings)  # this process's job runners (app/jobs.py)
+    jobs = JobPool.from_settings(engine, settings)  # this process's job runners (app/storage/jobs.py)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Threads that run requests' Python at once, per process (see Settings.worker_threads);
-        # uploads have their own, smaller share (app/api/uploads.py ingest_thread).
+        # uploads have their own, smaller share (app/http/api/uploads.py ingest_thread).
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         app.state.ingest_limiter = anyio.CapacityLimiter(settings.ingest_threads)
         init_db(engine)
         if settings.demo:
             from sqlmodel import Session
 
-            from .store import load_demo
+            from app.storage.store import load_demo
 
             with Session(engine) as session:
                 load_demo(session)
@@ -85,24 +85,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.jobs = jobs
     install_error_handlers(app)
 
-    from .access import ReadTokenMiddleware
-    from .access import router as access_router
-    from .api import router as api_router
-    from .lab.routes import router as lab_router
-    from .sim.routes import router as sim_router
-    from .web import SecurityHeadersMiddleware
-    from .web import router as web_router
+    from app.http.access import ReadTokenMiddleware
+    from app.http.access import router as access_router
+    from app.http.api import router as api_router
+    from app.http.web import SecurityHeadersMiddleware
+    from app.http.web import router as web_router
+    from app.lab.routes import router as lab_router
+    from app.sim.routes import router as sim_router
 
     app.include_router(api_router)
     app.include_router(sim_router)
     app.include_router(lab_router)
     app.include_router(web_router)
     app.include_router(access_router)
-    install_docs(app)  # /docs and /redoc with local assets (app/docs.py)
+    install_docs(app)  # /docs and /redoc with local assets (app/http/docs.py)
     # A private server (CREDITLENS_READ_TOKEN): inside the security headers, so its 401s and
-    # redirects carry them too (app/access.py).
+    # redirects carry them too (app/http/access.py).
     app.add_middleware(ReadTokenMiddleware, read_token=settings.read_token, write_token=settings.write_token)
-    app.add_middleware(SecurityHeadersMiddleware)  # CSP etc. (app/web/security.py)
+    app.add_middleware(SecurityHeadersMiddleware)  # CSP etc. (app/http/web/security.py)
     app.add_middleware(WorkerHeaderMiddleware)
     app.mount("/static", StaticFiles(directory=str(static_dir())), name="static")
 

@@ -78,12 +78,12 @@ def run() -> dict:
 
 
 def _service(inp, kinds, uploaded) -> dict:
-    """The service's glue (app/audit.py run_audit: padding per-episode arrays, the audit, each
+    """The service's glue (app/compute/audit.py run_audit: padding per-episode arrays, the audit, each
     episode's reference back out) on the tool-span bug batch: what GET .../audit spends computing."""
     import numpy as np
 
-    from app.audit import run_audit
-    from app.codecs import EpisodeArrays
+    from app.compute.audit import run_audit
+    from app.core.arrays import EpisodeArrays
 
     arrays = []
     for b in range(kinds.shape[0]):
@@ -105,7 +105,7 @@ def _service(inp, kinds, uploaded) -> dict:
     body, refs = run_audit(arrays)
     dt = time.perf_counter() - t
     return {
-        "service audit 512x4096 (app/audit.py glue), s": round(dt, 3),
+        "service audit 512x4096 (app/compute/audit.py glue), s": round(dt, 3),
         "service audit 512x4096, configurations searched": body["searched"],
         "service audit 512x4096, findings": [f["code"] for f in body["findings"]],
     }

@@ -20,6 +20,7 @@ def _best(fn, repeat: int = 3) -> float:
 def run() -> dict:
     from fastapi.testclient import TestClient
 
+    from app.core.settings import Settings
     from app.lab.compute import (
         PARAMS,
         delayed_horizon,
@@ -31,7 +32,6 @@ def run() -> dict:
     )
     from app.lab.params import parse
     from app.main import create_app
-    from app.settings import Settings
 
     p = parse(PARAMS["lambda"], {})
     out: dict = {}

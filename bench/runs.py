@@ -1,7 +1,7 @@
 """How fast a long run's page opens: 1,000 steps × 512 episodes, against a real server.
 
 The run is written straight through the store's tables (a bench of reading, not of ingest): the
-run row, 1,000 step batches with stored metrics (one real :class:`app.step_metrics.StepMetrics`
+run row, 1,000 step batches with stored metrics (one real :class:`app.compute.step_metrics.StepMetrics`
 result, its numbers varied per step) and 512 small episodes per step, so the database holds what a
 real run of that size holds and the queries meet a batch table and an episode table of that size.
 
@@ -49,13 +49,13 @@ def _make_run(db: Path) -> int:
     from sqlalchemy import insert, select
     from sqlmodel import Session
 
-    from app import runs as rs
-    from app.codecs import json_dumps
-    from app.db import init_db, make_engine
-    from app.models import Batch
-    from app.schemas import EpisodeIn
-    from app.step_metrics import StepMetrics
-    from app.validate import prepare_episode
+    from app.compute.step_metrics import StepMetrics
+    from app.core.arrays import json_dumps
+    from app.core.schemas import EpisodeIn
+    from app.core.validate import prepare_episode
+    from app.storage import runs as rs
+    from app.storage.db import init_db, make_engine
+    from app.storage.models import Batch
 
     engine = make_engine(f"sqlite:///{db}")
     init_db(engine)

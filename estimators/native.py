@@ -38,7 +38,7 @@ def available() -> bool:
     return _native is not None
 
 
-_OFF_WORDS = ("0", "false", "f", "no", "n", "off")  # pydantic's false words (app/settings.py)
+_OFF_WORDS = ("0", "false", "f", "no", "n", "off")  # pydantic's false words (app/core/settings.py)
 _default: bool | None = None
 
 

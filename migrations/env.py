@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlmodel import SQLModel
 
-from app.db import import_models, make_engine
-from app.settings import get_settings
+from app.core.settings import get_settings
+from app.storage.db import import_models, make_engine
 
 config = context.config
 import_models()

@@ -13,7 +13,7 @@ let data = null;
 const explicitCritic = new URLSearchParams(location.search).has("critic");
 let inflight = null;
 
-/** The canonical query string; same keys and order as EpisodeView.query() in app/web/state.py. */
+/** The canonical query string; same keys and order as EpisodeView.query() in app/core/views.py. */
 function query({ api = false } = {}) {
   const p = viewPairs(state);
   if (!api && state.open.size) p.push(["open", [...state.open].sort((a, b) => a - b).join(",")]);

@@ -3,7 +3,7 @@ import { advColor, csvCell, download, el, fetchJSON, fmt, inkOn, plotlyConfig, r
 
 const init = readInitial();
 const $ = (id) => document.getElementById(id);
-// The baselines compared side by side come from the server (app/schemes.py), in its order.
+// The baselines compared side by side come from the server (app/core/schemes.py), in its order.
 const BASELINES = init.schemes.group_baselines;
 const PALETTE = ["#1d4f91", "#b2182b", "#e08214", "#4d9221", "#762a83", "#35978f"];
 

@@ -8,7 +8,7 @@ const $ = (id) => document.getElementById(id);
 const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
 const COLORS = ["rgb(33,102,172)", "rgb(178,24,43)", "rgb(90,90,90)"];
 
-// Figures and their metrics (names are the API's; app/step_metrics.py defines them).
+// Figures and their metrics (names are the API's; app/compute/step_metrics.py defines them).
 export const FIGURES = [
   { id: "outcome", title: "Outcome", metrics: [["pass_rate", "pass rate"], ["mean_score", "mean score"]] },
   {

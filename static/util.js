@@ -4,7 +4,7 @@
 const enc = encodeURIComponent;
 const withQuery = (path, qs) => (qs ? `${path}?${qs}` : path);
 
-/** Every URL a script builds: the same paths as app/urls.py (URLs are public contracts). A batch or
+/** Every URL a script builds: the same paths as app/core/urls.py (URLs are public contracts). A batch or
  * run is named by its `ref`: its integer id when public, its random slug when unlisted. */
 export const urls = {
   home: (qs = "") => withQuery("/", qs),
@@ -32,7 +32,7 @@ export const urls = {
 };
 
 /** The numbers' part of an episode view's canonical query, in EpisodeView.query()'s key order
- * (app/web/state.py): [[key, value], ...]. */
+ * (app/core/views.py): [[key, value], ...]. */
 export function viewPairs(v) {
   const p = [
     ["scheme", v.schemes.join(",")],
@@ -124,7 +124,7 @@ export function fmt(x, digits = 3) {
   return x.toFixed(digits);
 }
 
-/** Same short form as app/web/state.py's fmt_num (Python's "%.6g"): 0.95 -> "0.95", 1 -> "1". */
+/** Same short form as app/core/views.py's fmt_num (Python's "%.6g"): 0.95 -> "0.95", 1 -> "1". */
 export function qnum(x) {
   return String(Number(Number(x).toPrecision(6)));
 }
@@ -213,7 +213,7 @@ export function plotlyConfig(name) {
   };
 }
 
-// Signal rows (app/signals.py), each on its own scale: [low end, high end] colours from white.
+// Signal rows (app/core/signals.py), each on its own scale: [low end, high end] colours from white.
 // sequential: 0 (white) … scale; "logprob" is drawn as surprise −logp; diverging: around 0;
 // ratio: around 1 on a log scale (the log-ratio diverges around 0).
 export const SIGNAL_COLORS = {

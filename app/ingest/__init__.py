@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from functools import lru_cache
 from types import ModuleType
 
-from ..errors import ApiError
-from ..schemas import EpisodeIn
-from ..validate import ArrayEpisode
-from ._common import Parsed, first_object
-from ._tokenizer import TokenDecoder, load_tokenizer
+from app.core.errors import ApiError
+from app.core.schemas import EpisodeIn
+from app.core.validate import ArrayEpisode
+from app.ingest._common import Parsed, first_object
+from app.ingest._tokenizer import TokenDecoder, load_tokenizer
 
 __all__ = ["Parsed", "formats", "detect", "parse_upload", "iter_upload", "load_tokenizer", "TokenDecoder"]
 
@@ -44,7 +44,7 @@ def detect(data: bytes, filename: str | None = None) -> str:
             return name
     if first is None and data.strip():
         # Not one of the binary formats and not parseable: report the JSON error with its line.
-        from ._common import read_records
+        from app.ingest._common import read_records
 
         read_records(data)
     keys = ", ".join(sorted(first)[:12]) if isinstance(first, dict) else type(first).__name__

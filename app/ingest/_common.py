@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from ..errors import ApiError, located
-from ..schemas import EpisodeIn
-from ..validate import check_finite, check_finite_scalar, length_mismatch
+from app.core.errors import ApiError, located
+from app.core.schemas import EpisodeIn
+from app.core.validate import check_finite, check_finite_scalar, length_mismatch
 
 try:
     import orjson

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.core.errors import ApiError
 from creditlens.tokens import display_pieces, piece_text, vocab_mode
-
-from ..errors import ApiError
 
 FIELD = "tokenizer"
 

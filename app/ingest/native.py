@@ -1,4 +1,4 @@
-"""Native format: JSON or JSONL, one episode object per line/element (see app/schemas.py EpisodeIn;
+"""Native format: JSON or JSONL, one episode object per line/element (see app/core/schemas.py EpisodeIn;
 JSON Schema at GET /api/schema/episode)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..schemas import EpisodeIn
-from ._common import (
+from app.core.schemas import EpisodeIn
+from app.ingest._common import (
     Parsed,
     Record,
     looks_like_jsonl,

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..schemas import EpisodeIn
-from ._common import (
+from app.core.schemas import EpisodeIn
+from app.ingest._common import (
     Parsed,
     Record,
     as_float,
@@ -29,7 +29,7 @@ from ._common import (
     scalar_meta,
     short_hash,
 )
-from ._tokenizer import TokenDecoder
+from app.ingest._tokenizer import TokenDecoder
 
 NAME = "nemo_rl"
 DESCRIPTION = (

@@ -4,7 +4,7 @@ One episode per JSON object: ``{"messages": [...], "reward": 1.0, "group": "..."
 (``score`` is accepted for ``reward``; ``group`` defaults to ``uid``, ``task``, or a hash of the
 messages before the first assistant message, so attempts at the same prompt share a group).
 
-Rendering, with the offline tokenizer (app/tokenize.py): every message opens with a template
+Rendering, with the offline tokenizer (app/core/tokenize.py): every message opens with a template
 token ``<|role|>`` and closes with ``<|end|>``. Assistant content and tool calls
 (``<tool_call>name {arguments}</tool_call>``) and the assistant's ``<|end|>`` are policy tokens
 (the model generated them), one turn per assistant message; tool results are tool tokens;
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..schemas import EpisodeIn
-from ..tokenize import tokenize
-from ._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
+from app.core.schemas import EpisodeIn
+from app.core.tokenize import tokenize
+from app.ingest._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
 
 NAME = "openai_chat"
 DESCRIPTION = "OpenAI chat messages (role, content, tool_calls, tool_call_id) + a per-episode reward"

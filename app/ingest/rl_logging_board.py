@@ -13,17 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..schemas import EpisodeIn
-from ..tokenize import tokenize
-from ._common import (
-    Parsed,
-    Record,
-    as_float,
-    float_list,
-    parse_records,
-    scalar_meta,
-    short_hash,
-)
+from app.core.schemas import EpisodeIn
+from app.core.tokenize import tokenize
+from app.ingest._common import Parsed, Record, as_float, float_list, parse_records, scalar_meta, short_hash
 
 NAME = "rl_logging_board"
 DESCRIPTION = "RL Logging Board JSONL (prompt, response_tokens, logprobs, values, token_rewards, reward)"

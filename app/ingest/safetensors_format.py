@@ -16,7 +16,7 @@ episode and token where it applies. Without ``tokens`` the tokens show as the pi
 
 Every tensor fills the native field of its name (``advantages`` included, on every token);
 ``special_tokens`` goes to each episode's ``meta.special_tokens``. Episodes are handed over as
-arrays (:class:`app.validate.ArrayEpisode`): no per-token Python objects are made, except the
+arrays (:class:`app.core.validate.ArrayEpisode`): no per-token Python objects are made, except the
 token strings when they came in the metadata.
 """
 
@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
+from app.core.errors import ApiError
+from app.core.validate import ArrayEpisode, native_of
+from app.ingest._common import Parsed
+from app.ingest._tokenizer import TokenDecoder
+
 # The wire format is defined once, by the client that writes it.
 from creditlens.wire import FLOAT_FIELDS, PADDING
-
-from ..errors import ApiError
-from ..validate import ArrayEpisode, native_of
-from ._common import Parsed
-from ._tokenizer import TokenDecoder
 
 NAME = "safetensors"
 DESCRIPTION = (
@@ -229,7 +229,7 @@ def iter_parse(
     data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None
 ) -> Iterator[tuple[int | None, ArrayEpisode]]:
     """Validate the whole file first (every error before any episode), then hand over the
-    episodes one row at a time as arrays (app/validate.py checks and stores them as they are)."""
+    episodes one row at a time as arrays (app/core/validate.py checks and stores them as they are)."""
     rows = _validated(data)
     return _episodes(*rows, tokenizer)
 
@@ -314,7 +314,7 @@ def _validated(data: bytes) -> tuple:
         if ids.dtype.kind == "i" and kept_ids.size and kept_ids.min() < 0:
             b = int(np.argwhere((ids < 0) & keep)[0][0])
             raise _err("tensor `token_ids` holds a negative id.", field="token_ids", episode=b + 1)
-        # Without strings only the ids are stored; they display as ⟨id⟩ (app/codecs.py).
+        # Without strings only the ids are stored; they display as ⟨id⟩ (app/storage/codecs.py).
     special = _rows(meta["special_tokens"], B, "special_tokens") if "special_tokens" in meta else None
     for b, row in enumerate(special or ()):
         if not (isinstance(row, list) and all(isinstance(i, int) and 0 <= i < n_keep[b] for i in row)):

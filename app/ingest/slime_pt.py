@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ApiError
-from ..schemas import EpisodeIn
-from ._common import Parsed, Record, id_token, mask_kinds, short_hash
-from ._tokenizer import TokenDecoder
+from app.core.errors import ApiError
+from app.core.schemas import EpisodeIn
+from app.ingest._common import Parsed, Record, id_token, mask_kinds, short_hash
+from app.ingest._tokenizer import TokenDecoder
 
 NAME = "slime_pt"
 DESCRIPTION = "slime --dump-details .pt (samples with tokens, response_length, loss_mask, reward, advantages, log_probs)"

@@ -7,7 +7,7 @@ the function did not score that sample), any ``log_extra`` columns, then ``advan
 float per completion). Datasets published from these logs also carry a total ``reward`` column.
 
 * Text (a ``prompt``/``completion`` string): the prompt becomes prompt tokens, the completion
-  policy tokens, both cut with the offline tokenizer (app/tokenize.py). The completion closes
+  policy tokens, both cut with the offline tokenizer (app/core/tokenize.py). The completion closes
   with an ``<|end|>`` policy token, the model's stop (TRL logs the decoded text without special
   tokens), so an empty completion still has a token to carry its reward.
 * Conversations (lists of ``{role, content}`` messages) are rendered as the ``openai_chat``
@@ -34,11 +34,11 @@ import json
 import math
 from typing import Any
 
-from ..errors import ApiError
-from ..schemas import EpisodeIn
-from ..tokenize import tokenize
-from ._common import Parsed, Record, scalar_meta, short_hash
-from .openai_chat import episode_from_messages
+from app.core.errors import ApiError
+from app.core.schemas import EpisodeIn
+from app.core.tokenize import tokenize
+from app.ingest._common import Parsed, Record, scalar_meta, short_hash
+from app.ingest.openai_chat import episode_from_messages
 
 NAME = "trl_completions"
 DESCRIPTION = "TRL GRPO completions parquet (step, prompt, completion, <reward functions>, advantage)"

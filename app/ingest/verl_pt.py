@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ApiError, located
-from ..schemas import EpisodeIn
-from ._common import Parsed, id_token
-from ._tokenizer import TokenDecoder
+from app.core.errors import ApiError, located
+from app.core.schemas import EpisodeIn
+from app.ingest._common import Parsed, id_token
+from app.ingest._tokenizer import TokenDecoder
 
 NAME = "verl_pt"
 DESCRIPTION = "verl DataProto dict saved with torch.save (prompts, responses, response_mask, token_level_rewards, values, uid)"

@@ -1,6 +1,6 @@
 """verl ``rollout_data_dir`` / ``validation_data_dir`` JSONL: ``input``, ``output``, ``score``,
 ``step`` (+ ``gts``, ``request_id``, reward extras). Text only: ``input`` becomes prompt tokens and
-``output`` policy tokens, tokenised with the offline tokenizer (app/tokenize.py); ``score`` is the
+``output`` policy tokens, tokenised with the offline tokenizer (app/core/tokenize.py); ``score`` is the
 outcome reward. Multi-turn outputs interleave assistant and tool text that cannot be told apart
 from text alone, so all of ``output`` is policy. Group: ``uid`` if present, else a hash of
 ``input`` (GRPO samples the same prompt several times)."""
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..schemas import EpisodeIn
-from ..tokenize import tokenize
-from ._common import Parsed, Record, as_float, parse_records, scalar_meta, short_hash
+from app.core.schemas import EpisodeIn
+from app.core.tokenize import tokenize
+from app.ingest._common import Parsed, Record, as_float, parse_records, scalar_meta, short_hash
 
 NAME = "verl_rollout"
 DESCRIPTION = "verl rollout_data_dir JSONL (input, output, score, step): text only, re-tokenised"

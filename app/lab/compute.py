@@ -17,21 +17,20 @@ from sqlalchemy import delete, func, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
-from estimators.threads import one_thread
-
-from ..errors import ApiError
-from ..settings import Settings, get_settings
-from .figures import figures
+from app.core.errors import ApiError
+from app.core.settings import Settings, get_settings
+from app.lab.figures import figures
 
 # Each figure's compute function under its own name, for callers that run one directly (tests, bench).
-from .figures.delayed_horizon import compute as delayed_horizon  # noqa: F401
-from .figures.difficulty import compute as difficulty  # noqa: F401
-from .figures.horizon import compute as horizon  # noqa: F401
-from .figures.lambda_sweep import compute as lambda_sweep  # noqa: F401
-from .figures.recovery import compute as recovery  # noqa: F401
-from .figures.variable_horizon import compute as variable_horizon  # noqa: F401
-from .models import LabResult
-from .params import canonical_json
+from app.lab.figures.delayed_horizon import compute as delayed_horizon  # noqa: F401
+from app.lab.figures.difficulty import compute as difficulty  # noqa: F401
+from app.lab.figures.horizon import compute as horizon  # noqa: F401
+from app.lab.figures.lambda_sweep import compute as lambda_sweep  # noqa: F401
+from app.lab.figures.recovery import compute as recovery  # noqa: F401
+from app.lab.figures.variable_horizon import compute as variable_horizon  # noqa: F401
+from app.lab.params import canonical_json
+from app.storage.lab_models import LabResult
+from estimators.threads import one_thread
 
 # Each figure's query parameters by figure name.
 PARAMS = {name: m.PARAMS for name, m in figures().items()}

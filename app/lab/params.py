@@ -2,7 +2,7 @@
 
 Every figure's whole state is its query string. :func:`parse` turns the raw query into a canonical
 dict (defaults filled, numbers normalised) whose sorted JSON is the cache key; a bad value raises
-:class:`~app.errors.ApiError` (422) naming the parameter, in the service's one error shape.
+:class:`~app.core.errors.ApiError` (422) naming the parameter, in the service's one error shape.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ..errors import ApiError
+from app.core.errors import ApiError
 
 
 def param_error(field: str | None, message: str, code: str = "invalid_param") -> ApiError:

@@ -16,14 +16,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlmodel import Session
 
-from .. import urls
-from ..db import SessionDep
-from ..errors import ApiError
-from ..resources import static_dir
-from ..templating import templates
-from .compute import cached_result, csv_text
-from .figures import figures, pages
-from .params import parse
+from app.core import urls
+from app.core.errors import ApiError
+from app.core.resources import static_dir
+from app.http.templating import templates
+from app.lab.compute import cached_result, csv_text
+from app.lab.figures import figures, pages
+from app.lab.params import parse
+from app.storage.db import SessionDep
 
 router = APIRouter(tags=["lab"])
 

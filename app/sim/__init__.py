@@ -6,7 +6,7 @@ critic + diagnostics), diagnostics.py (`sim_diagnostics`), service.py (`run_samp
 (POST /api/samples, GET /sample), make_fixtures.py (`make fixtures`).
 """
 
-from .diagnostics import sim_diagnostics
-from .env import sample_batch
+from app.sim.diagnostics import sim_diagnostics
+from app.sim.env import sample_batch
 
 __all__ = ["sample_batch", "sim_diagnostics"]

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from app.codecs import arrays_from_native
-from app.domain import passed, policy_mask, turn_spans
-from app.schemas import EpisodeIn
+from app.core.arrays import arrays_from_native
+from app.core.domain import passed, policy_mask, turn_spans
+from app.core.schemas import EpisodeIn
 from estimators import explained_variance, returns_to_go
 
 VOCAB = 4096

@@ -1,8 +1,8 @@
 """Batch diagnostics of sampled (or any meta.calls-annotated) episodes, with the definitions of
-app/domain.py (score, pass, groups, zero variance, useless credit, oracle advantage).
+app/core/domain.py (score, pass, groups, zero variance, useless credit, oracle advantage).
 
 - zero_variance_share: the share of episodes in zero-variance groups.
-- useless_credit_share: :func:`app.domain.useless_credit_share` (the same number the batch page
+- useless_credit_share: :func:`app.core.domain.useless_credit_share` (the same number the batch page
   shows).
 - credit_by_effect: per call effect, how many calls, their mean outcome (RLOO) advantage, their
   share of the positive credit, and (when meta.turn_values is present) the mean oracle turn
@@ -15,12 +15,11 @@ from collections import defaultdict
 
 import numpy as np
 
-from app import domain
-from app.codecs import arrays_from_native
-from app.compute import outcome_advantages
-from app.schemas import EpisodeIn
-
-from .policy import EFFECTS
+from app.compute.advantages import outcome_advantages
+from app.core import domain
+from app.core.arrays import arrays_from_native
+from app.core.schemas import EpisodeIn
+from app.sim.policy import EFFECTS
 
 
 def sim_diagnostics(episodes: list[EpisodeIn]) -> dict:

@@ -22,11 +22,10 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
-from app.schemas import EpisodeIn
-
-from .policy import FAIL, KINDS, PASS, UNKNOWN, PolicyParams, State, kind_probs, transition
-from .tasks import OPS, TASKS, Task, run_tests
-from .truth import exact_values, mc_turn_values, sample_call
+from app.core.schemas import EpisodeIn
+from app.sim.policy import FAIL, KINDS, PASS, UNKNOWN, PolicyParams, State, kind_probs, transition
+from app.sim.tasks import OPS, TASKS, Task, run_tests
+from app.sim.truth import exact_values, mc_turn_values, sample_call
 
 _TOKEN_RE = re.compile(r"</?\w+>|\w+|[^\w\s]")
 

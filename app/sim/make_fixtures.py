@@ -15,10 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-from app.resources import demo_dir
-from app.schemas import EpisodeIn
-
-from .service import SampleRequest, run_sample
+from app.core.resources import demo_dir
+from app.core.schemas import EpisodeIn
+from app.sim.service import SampleRequest, run_sample
 
 DEMO_DIR = demo_dir()
 # Seed 8 gives the batch shape the demo is built around: 6 of 20 groups (30% of episodes) have zero variance,

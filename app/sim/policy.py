@@ -20,7 +20,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import NamedTuple
 
-from .tasks import OPS, Task
+from app.sim.tasks import OPS, Task
 
 UNKNOWN, PASS, FAIL, CHANGED = 0, 1, 2, 3
 

@@ -9,16 +9,15 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 from sqlmodel import Session
 
-from app import jobs
-from app.api.deps import require_write
-from app.db import SessionDep
-from app.errors import ApiError
-from app.store import CreatedEpisode, create_batch
-from app.templating import templates
-
-from .policy import PolicyParams
-from .service import SampleRequest, run_sample
-from .tasks import TASKS
+from app.core.errors import ApiError
+from app.http.api.deps import require_write
+from app.http.templating import templates
+from app.sim.policy import PolicyParams
+from app.sim.service import SampleRequest, run_sample
+from app.sim.tasks import TASKS
+from app.storage import jobs
+from app.storage.db import SessionDep
+from app.storage.store import CreatedEpisode, create_batch
 
 router = APIRouter(tags=["samples"])
 
@@ -76,7 +75,7 @@ def _store(session: Session, req: SampleRequest, settings, progress=None) -> dic
     }
 
 
-# Background sampling jobs are rows of the job table (app/jobs.py): any worker process runs them
+# Background sampling jobs are rows of the job table (app/storage/jobs.py): any worker process runs them
 # and any answers a poll; a job id is a random token, finished jobs are kept for CREDITLENS_JOB_TTL_S.
 @jobs.register("sample")
 def _sample_job(params: dict, ctx: jobs.JobContext) -> dict:

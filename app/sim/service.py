@@ -10,13 +10,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.schemas import EpisodeIn
-
-from .critic import critic_report, critic_values, fit_critic
-from .diagnostics import sim_diagnostics
-from .env import sample_batch, with_mc_turn_values
-from .policy import PolicyParams
-from .tasks import TASKS
+from app.core.schemas import EpisodeIn
+from app.sim.critic import critic_report, critic_values, fit_critic
+from app.sim.diagnostics import sim_diagnostics
+from app.sim.env import sample_batch, with_mc_turn_values
+from app.sim.policy import PolicyParams
+from app.sim.tasks import TASKS
 
 # Fresh episodes for the critic's held-out explained variance come from this seed offset.
 FRESH_SEED_OFFSET = 1_000_003

@@ -15,8 +15,8 @@ import random
 
 import numpy as np
 
-from .policy import ALL_STATES, START, PolicyParams, State, call_distribution, transition
-from .tasks import Task
+from app.sim.policy import ALL_STATES, START, PolicyParams, State, call_distribution, transition
+from app.sim.tasks import Task
 
 _INDEX = {s: i for i, s in enumerate(ALL_STATES)}
 

@@ -18,7 +18,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     # A database made by create_all before migrations existed is stamped 0001 but may already have
-    # the column (app/migrate.py): add it only where it is missing.
+    # the column (app/storage/migrate.py): add it only where it is missing.
     columns = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("episode")}
     if "advantages" in columns:
         return

@@ -1,4 +1,4 @@
-"""job: background jobs any worker process can run and any can report (app/jobs.py)
+"""job: background jobs any worker process can run and any can report (app/storage/jobs.py)
 
 Revision ID: 0003
 Revises: 0001

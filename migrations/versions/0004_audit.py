@@ -19,7 +19,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     # A database made by create_all before migrations existed is stamped 0001 but may already have
-    # these tables (app/migrate.py): create them only where they are missing.
+    # these tables (app/storage/migrate.py): create them only where they are missing.
     if "batch_audit" in sa.inspect(op.get_bind()).get_table_names():
         return
     op.create_table(

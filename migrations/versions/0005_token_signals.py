@@ -21,7 +21,7 @@ _COLUMNS = ("ref_logprobs", "rollout_logprobs", "entropy", "token_ids")
 
 def upgrade() -> None:
     # A database made by create_all before migrations existed is stamped 0001 but may already have
-    # the columns (app/migrate.py): add only the missing ones.
+    # the columns (app/storage/migrate.py): add only the missing ones.
     have = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("episode")}
     missing = [c for c in _COLUMNS if c not in have]
     if not missing:

@@ -19,7 +19,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     # A database made by create_all before migrations existed is stamped 0001 but may already have
-    # this revision's schema (app/migrate.py): create only what is missing.
+    # this revision's schema (app/storage/migrate.py): create only what is missing.
     insp = sa.inspect(op.get_bind())
     if "run" not in insp.get_table_names():
         op.create_table(

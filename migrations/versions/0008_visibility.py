@@ -21,7 +21,7 @@ TABLES = ("batch", "run")
 
 def upgrade() -> None:
     # A database made by create_all before migrations existed is stamped 0001 but may already have
-    # this revision's schema (app/migrate.py): add only what is missing.
+    # this revision's schema (app/storage/migrate.py): add only what is missing.
     insp = sa.inspect(op.get_bind())
     for table in TABLES:
         if "visibility" in {c["name"] for c in insp.get_columns(table)}:

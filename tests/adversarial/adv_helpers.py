@@ -14,10 +14,10 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.db import init_db
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
-from app.store import load_demo
+from app.storage.db import init_db
+from app.storage.store import load_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -187,7 +187,7 @@ def _client_for(app) -> TestClient:
 
 
 def _wait_for_jobs(job_ids: set[str] | None, deadline_s: float = 120) -> dict[str, dict]:
-    """Poll the job table (app/jobs.py) until the given jobs (all jobs when None) are done or
+    """Poll the job table (app/storage/jobs.py) until the given jobs (all jobs when None) are done or
     error, or until the deadline; returns the jobs it waited on by token."""
     import json
 

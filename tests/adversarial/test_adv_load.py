@@ -5,7 +5,7 @@ report "database is locked" or a traceback.
 
 32 clients is more than the 15 connections of SQLAlchemy's default pool: with a sync session
 dependency that combination deadlocked (every worker thread waiting for a connection only a
-dependency cleanup, itself waiting for a thread, would return); see app/db.py get_session."""
+dependency cleanup, itself waiting for a thread, would return); see app/storage/db.py get_session."""
 
 from __future__ import annotations
 

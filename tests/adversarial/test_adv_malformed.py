@@ -19,8 +19,8 @@ import pytest
 from adv_helpers import ROOT, db_fingerprint
 from fastapi.testclient import TestClient
 
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 
 CORPUS = ROOT / "fixtures" / "malformed"
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text())

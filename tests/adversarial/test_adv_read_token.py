@@ -12,7 +12,7 @@ import httpx
 import pytest
 from live_server import Server
 
-from app.access import COOKIE, cookie_value
+from app.http.access import COOKIE, cookie_value
 
 READ = "read-token-for-tests"
 WRITE = "write-token-for-tests"
@@ -117,8 +117,8 @@ OPEN = [
 
 def _app_get_pages(tmp) -> set[str]:
     """GET routes of the app that the OpenAPI document leaves out (pages), walked in-process."""
+    from app.core.settings import Settings
     from app.main import create_app
-    from app.settings import Settings
 
     app = create_app(Settings(database_url=f"sqlite:///{tmp}/pages.db"))
     out: set[str] = set()

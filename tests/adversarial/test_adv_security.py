@@ -14,8 +14,8 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 
 # ---- payloads ------------------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 
 FORMATS = Path(__file__).resolve().parents[2] / "fixtures" / "formats"
 

@@ -1,4 +1,4 @@
-"""app/domain.py: each definition on hand-computed numbers, and the service using the same ones."""
+"""app/core/domain.py: each definition on hand-computed numbers, and the service using the same ones."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from svc_helpers import episode, row_counts, upload
 
-from app import domain
-from app.codecs import arrays_from_native
-from app.schemas import EpisodeIn
+from app.core import domain
+from app.core.arrays import arrays_from_native
+from app.core.schemas import EpisodeIn
 from app.sim.diagnostics import sim_diagnostics
 
 P, A, T = domain.PROMPT, domain.POLICY, domain.TOOL

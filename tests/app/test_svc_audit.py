@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import text
 from svc_helpers import episode, make_client, upload
 
-from app.audit import Stats, error_count, error_counts
+from app.compute.audit import Stats
+from app.storage.audits import error_count, error_counts
 from estimators.audit import CAP
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "audit"

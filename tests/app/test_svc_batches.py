@@ -9,7 +9,7 @@ import pytest
 from sqlmodel import Session
 from svc_helpers import episode, upload
 
-from app.store import load_demo
+from app.storage.store import load_demo
 
 # easy: 3 of 4 pass; hard: 0 of 4 (never solved, zero variance); mid: 1 of 2.
 REWARDS = {"easy": [1, 1, 0, 1], "hard": [0, 0, 0, 0], "mid": [1, 0]}
@@ -147,7 +147,7 @@ def test_load_demo_only_into_an_empty_database(client, tmp_path):
 def test_demo_setting_loads_the_shipped_fixtures_on_start(tmp_path):
     from svc_helpers import make_client
 
-    from app.resources import demo_dir
+    from app.core.resources import demo_dir
 
     files = sorted(demo_dir().glob("*.jsonl"))
     with make_client(tmp_path, demo=True) as c:
@@ -156,11 +156,11 @@ def test_demo_setting_loads_the_shipped_fixtures_on_start(tmp_path):
 
 
 def test_diagnostics_agree_with_the_simulators_own_figures(client):
-    """The demo batch's diagnostics, computed by app/diagnostics.py from the stored episodes, equal
+    """The demo batch's diagnostics, computed by app/compute/diagnostics.py from the stored episodes, equal
     the simulator's own figures computed now from the same episodes (app.sim.sim_diagnostics, not
     the copy frozen in bugfix.meta.json), and the demo's design: 6 of its 20 groups never pass."""
-    from app.resources import demo_dir
-    from app.schemas import EpisodeIn
+    from app.core.resources import demo_dir
+    from app.core.schemas import EpisodeIn
     from app.sim import sim_diagnostics
 
     data = demo_dir() / "bugfix.jsonl"

@@ -9,7 +9,7 @@ import pytest
 import torch
 from svc_helpers import FORMATS
 
-from app.tokenize import tokenize
+from app.core.tokenize import tokenize
 
 
 def up(client, name, **params):

@@ -16,8 +16,8 @@ import pytest
 import torch
 from svc_helpers import FORMATS, row_counts
 
+from app.core.tokenize import tokenize
 from app.ingest.trl_parquet import END, write_example
-from app.tokenize import tokenize
 
 
 def _module(name):

@@ -10,8 +10,8 @@ import pytest
 import torch
 from svc_helpers import episode, upload
 
-from app import domain
-from app.compute import FROM_SUMMARIES, summary_advantages
+from app.compute.advantages import FROM_SUMMARIES, summary_advantages
+from app.core import domain
 from estimators import EstimatorInput, available
 from estimators import compute as registry_compute
 
@@ -122,7 +122,7 @@ def test_diagnostics_are_stored_at_ingest_and_follow_deletes(client):
 
 
 def test_histogram_of_overflowing_scores_never_fails_the_upload():
-    from app.diagnostics import histogram
+    from app.compute.diagnostics import histogram
 
     assert histogram(np.array([np.inf])) == {"edges": [], "counts": []}
     assert histogram(np.array([np.inf, 1.0, 1.0])) == {"edges": [1.0, 1.0], "counts": [2]}

@@ -7,7 +7,7 @@ import pydantic
 import pytest
 from svc_helpers import make_client, upload
 
-from app.settings import Settings
+from app.core.settings import Settings
 from estimators import native
 
 

@@ -9,8 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 from svc_helpers import FORMATS, episode, upload
 
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 
 pytestmark = pytest.mark.postgres
 

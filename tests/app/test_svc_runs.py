@@ -16,9 +16,9 @@ from live_server import Server
 from sqlalchemy import text
 from svc_helpers import episode, jsonl, make_client, row_counts
 
-from app.db import make_engine
-from app.schemas import EpisodeIn
-from app.store import create_batch
+from app.core.schemas import EpisodeIn
+from app.storage.db import make_engine
+from app.storage.store import create_batch
 from creditlens import wire
 from estimators import explained_variance
 
@@ -179,7 +179,7 @@ def test_the_unique_constraint_decides_a_step(client):
     run = new_run(client)
     ep = EpisodeIn(**episode())
     with Session(client.app.state.engine) as s:
-        from app.store import create_batch_streaming
+        from app.storage.store import create_batch_streaming
 
         create_batch_streaming(s, [(1, ep)], name="a", source="run:native", run_id=run["id"], step=7)
         with pytest.raises(IntegrityError):

@@ -8,7 +8,7 @@ import math
 import pytest
 from svc_helpers import episode, make_client, upload
 
-from app.web.state import EpisodeView
+from app.core.views import EpisodeView
 
 LOGP = [0.0, 0.0, -0.2, -1.5, -0.05, 0.0, 0.0, -0.7]
 REF = [0.0, 0.0, -0.3, -1.0, -0.05, 0.0, 0.0, -0.9]

@@ -15,8 +15,8 @@ from safetensors.numpy import save
 from sqlmodel import Session, select
 from svc_helpers import FORMATS, episode, jsonl, make_client, row_counts, upload
 
-from app.codecs import episode_arrays
-from app.models import Episode
+from app.storage.codecs import episode_arrays
+from app.storage.models import Episode
 
 SIGNALS = ("ref_logprobs", "rollout_logprobs", "entropy")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.tokenize import tokenize
+from app.core.tokenize import tokenize
 
 
 def test_gpt2_style_split():

@@ -213,7 +213,7 @@ def test_nul_in_group_label_is_refused_and_nul_in_names_dropped(client):
     r = client.post("/api/uploads?format=native", content=jsonl([bad]))
     assert r.status_code == 422
     err = r.json()["error"]
-    # Lines and episodes are 1-based (app/errors.py): the only episode, on the only line.
+    # Lines and episodes are 1-based (app/core/errors.py): the only episode, on the only line.
     assert (err["field"], err["episode"], err["line"]) == ("group", 1, 1), err
     assert "NUL" in err["message"] and err["message"].startswith("line 1, episode 1:"), err
     ok = episode(group="g", meta={"task": "t\x00ask"})

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from svc_helpers import episode, jsonl
 from svc_helpers import test_database_url as database_url  # (not collected as a test)
 
-from app.settings import Settings
+from app.core.settings import Settings
 
 SLUG = re.compile(r"^[A-Za-z0-9_-]{24}$")  # 144 random bits, URL-safe
 

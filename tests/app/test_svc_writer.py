@@ -1,4 +1,4 @@
-"""The SQLite writer path (app/db.py ``writing``) and the diagnostics stored with an upload.
+"""The SQLite writer path (app/storage/db.py ``writing``) and the diagnostics stored with an upload.
 
 One writer at a time: while a request holds the write turn, the process's lock is taken and the
 file lock beside the database cannot be had by another process (``--workers 2``). The batch
@@ -16,9 +16,9 @@ import pytest
 from sqlmodel import Session
 from svc_helpers import make_client
 
-from app import db
-from app.diagnostics import compute_batch_diagnostics
-from app.models import BatchStats
+from app.storage import db
+from app.storage.batch_stats import compute_batch_diagnostics
+from app.storage.models import BatchStats
 
 DEMO = Path(__file__).resolve().parents[2] / "fixtures" / "demo"
 

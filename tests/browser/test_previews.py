@@ -13,9 +13,9 @@ import httpx
 import pytest
 from browser_util import upload
 
-from app import urls
-from app.web import preview as pv
-from app.web import state as st
+from app.core import urls
+from app.core import views as st
+from app.http.web import preview as pv
 
 pytestmark = pytest.mark.browser
 

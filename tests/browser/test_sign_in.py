@@ -117,8 +117,8 @@ def test_upload_form_takes_visibility(ctx, private, tmp_path):
 
 
 def test_url_builders_agree_for_ids_and_slugs(ctx):
-    """static/util.js builds the same batch and run URLs as app/urls.py, by id and by slug."""
-    from app import urls as py
+    """static/util.js builds the same batch and run URLs as app/core/urls.py, by id and by slug."""
+    from app.core import urls as py
 
     page = ctx.new_page()
     page.goto("/healthz")  # open without the token; /static/util.js is too

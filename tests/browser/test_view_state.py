@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.urls import api_advantages as advantages_api_url
-from app.urls import episode as episode_url
-from app.web.state import EpisodeView
+from app.core.urls import api_advantages as advantages_api_url
+from app.core.urls import episode as episode_url
+from app.core.views import EpisodeView
 
 
 def test_round_trip_and_canonical_form():

@@ -174,7 +174,7 @@ def test_malformed_names_the_tensor_and_stores_nothing(client, case):
 
 
 def test_malformed_rows_are_named():
-    from app.errors import ApiError
+    from app.core.errors import ApiError
     from app.ingest import parse_upload
 
     with pytest.raises(ApiError) as e:

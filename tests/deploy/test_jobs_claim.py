@@ -1,4 +1,4 @@
-"""The job table's protocol (app/jobs.py) on a real SQLite file, and on PostgreSQL when
+"""The job table's protocol (app/storage/jobs.py) on a real SQLite file, and on PostgreSQL when
 CREDITLENS_TEST_PG_URL is set: concurrent claimants each get distinct jobs, lost workers are
 re-queued once and then failed, finished jobs expire, a pool runs handlers and records how
 they ended."""
@@ -13,9 +13,9 @@ import pytest
 from jobs_helpers import fresh_pg_database
 from sqlalchemy import text, update
 
-from app import jobs
-from app.db import init_db, make_engine
-from app.errors import ApiError
+from app.core.errors import ApiError
+from app.storage import jobs
+from app.storage.db import init_db, make_engine
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -197,7 +197,7 @@ def test_pool_stop_hands_running_jobs_back(engine):
 def test_job_settings_are_validated(name, value):
     from pydantic import ValidationError
 
-    from app.settings import Settings
+    from app.core.settings import Settings
 
     with pytest.raises(ValidationError, match=name):
         Settings(**{name: value})

@@ -17,8 +17,8 @@ from jobs_helpers import fresh_pg_database
 from live_server import Server
 from sqlalchemy import text
 
-from app.db import make_engine
 from app.sim.routes import JobOut
+from app.storage.db import make_engine
 
 pytestmark = pytest.mark.slow
 

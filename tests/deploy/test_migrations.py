@@ -8,8 +8,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlmodel import SQLModel
 
-from app.db import import_models, make_engine
-from app.migrate import downgrade, upgrade
+from app.storage.db import import_models, make_engine
+from app.storage.migrate import downgrade, upgrade
 
 TABLES = {
     "alembic_version",

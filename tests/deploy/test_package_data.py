@@ -1,5 +1,5 @@
 """A built wheel carries templates, static files, migrations and the demo fixtures, and the app
-finds them inside the installed package (app/resources.py), whatever the working directory."""
+finds them inside the installed package (app/core/resources.py), whatever the working directory."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ PROBE = """
 from fastapi.testclient import TestClient
 from app import resources
 from app.main import create_app
-from app.settings import Settings
+from app.core.settings import Settings
 assert resources.data_root() == resources.Path(sys.argv[1]) / "app" / "_data", resources.data_root()
 with TestClient(create_app(Settings(database_url="sqlite:///x.db", demo=True))) as c:
     names = sorted(b["name"] for b in c.get("/api/batches").json())

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from estimators.oracles import (
     benchmark,
     delayed_horizon_sweep,

@@ -2,9 +2,9 @@
 
 import pytest
 
-from app import domain
-from app.codecs import arrays_from_native
-from app.schemas import EpisodeIn
+from app.core import domain
+from app.core.arrays import arrays_from_native
+from app.core.schemas import EpisodeIn
 from app.sim.diagnostics import sim_diagnostics
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from app.domain import policy_mask, turn_spans
+from app.core.domain import policy_mask, turn_spans
 from app.sim.diagnostics import sim_diagnostics
 from app.sim.env import episode_states, sample_batch, tokenize
 from app.sim.policy import PolicyParams, call_distribution, transition

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from app.resources import demo_dir
-from app.schemas import EpisodeIn
+from app.core.resources import demo_dir
+from app.core.schemas import EpisodeIn
 from app.sim import sim_diagnostics
 from app.sim.env import sample_batch
 from app.sim.make_fixtures import DEMO_SEED, handbuilt_episode

@@ -5,8 +5,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 
 
 def _client(tmp_path, **settings):

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import time
 
+from app.core.errors import ApiError
+from app.lab.params import Param
 from estimators import available
 from estimators.oracles import delayed_horizon_sweep
-
-from ...errors import ApiError
-from ..params import Param
 
 NAME = "delayed_horizon"
 ORDER = 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..params import Param
+from app.lab.params import Param
 
 NAME = "difficulty"
 ORDER = 2

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ..params import Param
+from app.lab.params import Param
 
 NAME = "horizon"
 ORDER = 3

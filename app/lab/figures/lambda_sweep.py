@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from app.lab.params import Param, as_fraction, param_error
 from estimators import gae
 from estimators.oracles import (
     episode_gradients,
@@ -22,8 +23,6 @@ from estimators.oracles import (
     softmax_policy,
     solve,
 )
-
-from ..params import Param, as_fraction, param_error
 
 NAME = "lambda"
 ORDER = 1

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import torch
 
+from app.lab.params import Param, as_fraction, param_error
 from estimators.oracles import (
     delayed_effect_env,
     exact_gradient,
@@ -17,8 +18,6 @@ from estimators.oracles import (
     solve,
     variable_horizon_env,
 )
-
-from ..params import Param, as_fraction, param_error
 
 NAME = "oracle"
 ORDER = 5

@@ -11,6 +11,9 @@ from typing import Any
 
 import torch
 
+from app.core.errors import ApiError
+from app.core.schemes import BASELINES
+from app.lab.params import Param, as_fraction
 from estimators import EstimatorInput, available, gae
 from estimators import compute as run_estimator
 from estimators.oracles import (
@@ -24,10 +27,6 @@ from estimators.oracles import (
     solve,
 )
 from estimators.oracles.runner import BatchContext, _mean_se
-
-from ...errors import ApiError
-from ...schemes import BASELINES
-from ..params import Param, as_fraction
 
 NAME = "recovery"
 ORDER = 4

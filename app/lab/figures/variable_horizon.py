@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import time
 
+from app.lab.figures.delayed_horizon import SWEEP_PARAMS, check_budget
+from app.lab.params import Param
 from estimators.oracles import variable_horizon_sweep
-
-from ..params import Param
-from .delayed_horizon import SWEEP_PARAMS, check_budget
 
 NAME = "variable_horizon"
 ORDER = 6

@@ -1,9 +1,0 @@
-"""The JSON API: one router per resource, combined here (app/main.py includes ``router``)."""
-
-from fastapi import APIRouter
-
-from . import audit, batches, episodes, runs, schema, uploads
-
-router = APIRouter()
-for _mod in (uploads, episodes, batches, audit, runs, schema):
-    router.include_router(_mod.router)

@@ -1,0 +1,234 @@
+"""Batch diagnostics: per-group statistics, zero-variance groups, the reward histogram, batch
+whitening vs group centering and, when episodes carry ``meta.calls``, where the positive outcome
+credit of successful episodes lands. Score, pass, groups, zero variance and useless credit are
+defined in app/core/domain.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.compute.advantages import outcome_advantages
+from app.core import domain
+from app.core.arrays import json_loads
+from app.core.schemas import EpisodeSummary
+
+# What batch_diagnostics may raise on extreme scores: the batch is stored all the same, without them.
+DIAGNOSTICS_ERRORS = (ValueError, FloatingPointError, OverflowError)
+
+
+def histogram(scores: np.ndarray, bins: int = 10) -> dict:
+    """{"edges": [bins+1], "counts": [bins]} over the scores (one bin when all are equal)."""
+    # Sums of huge rewards can overflow to +-inf: those scores have no bin (but count in ``n``).
+    scores = scores[np.isfinite(scores)]
+    if len(scores) == 0:
+        return {"edges": [], "counts": []}
+    lo, hi = float(scores.min()), float(scores.max())
+    if hi - lo < domain.ZERO_VARIANCE_TOL:
+        return {"edges": [lo, hi], "counts": [len(scores)]}
+    try:
+        counts, edges = np.histogram(scores, bins=bins, range=(lo, hi))
+    except ValueError:  # a range too wide for float64 bin widths (hi - lo overflows)
+        return {"edges": [lo, hi], "counts": [len(scores)]}
+    return {"edges": edges.tolist(), "counts": counts.tolist()}
+
+
+def batch_diagnostics(
+    rows: list[EpisodeSummary], turn_data: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+) -> dict:
+    """Diagnostics of one batch.
+
+    turn_data: slug -> (kinds [T] uint8, turn_ids [T] int32) for episodes with ``meta.calls``
+    (None: the credit-by-effect figures are null)."""
+    slugs = [r.slug for r in rows]
+    labels = [r.group for r in rows]
+    scores = np.array([r.score for r in rows], dtype=np.float64)
+    passed = np.array([bool(r.passed) for r in rows])
+    B = len(rows)
+    groups = domain.groups(labels)
+    group_stats = []
+    zv_labels = []
+    zv_n = 0
+    for key, members in groups.items():
+        s = scores[members]
+        zero_var = domain.zero_variance(s)
+        label = domain.group_label(key)
+        if zero_var:
+            zv_labels.append(label)
+            zv_n += len(members)
+        group_stats.append(
+            {
+                "group": label,
+                "n": len(members),
+                "mean_reward": float(s.mean()),
+                "pass_rate": float(passed[members].mean()),
+                "zero_variance": zero_var,
+            }
+        )
+    out: dict[str, Any] = {
+        "groups": group_stats,
+        "zero_variance_groups": zv_labels,
+        "zero_variance_share": zv_n / B if B else 0.0,
+        "pass_rate": float(passed.mean()) if B else 0.0,
+        "reward_histogram": histogram(scores),
+        "whiten_vs_center": whiten_vs_center(slugs, labels, scores, passed, groups),
+        "useless_credit_share": None,
+        "useless_credit_share_per_call": None,
+        "credit_by_effect": None,
+    }
+    if turn_data:
+        out.update(credit_by_effect(rows, scores, passed, labels, turn_data))
+    return out
+
+
+def whiten_vs_center(slugs, labels, scores, passed, groups) -> dict:
+    """Per episode, the batch-whitened outcome advantage next to the group-centred one, and a
+    summary: failures on never-solved tasks are pushed down under batch whitening but get exactly
+    0 under group centering."""
+    if len(scores) == 0:
+        return {"episodes": [], "summary": "empty batch"}
+    bw = outcome_advantages("batch_whiten", scores, labels)
+    gc = outcome_advantages("group_mean", scores, labels)
+    never = [
+        k
+        for k, m in groups.items()
+        if len(m) >= 2 and not passed[m].any() and domain.group_label(k) is not None
+    ]
+    never_idx = [i for k in never for i in groups[k]]
+    succ_idx = np.flatnonzero(passed)
+
+    def mean(a, idx):
+        return float(a[idx].mean()) if len(idx) else None
+
+    res = {
+        "episodes": [
+            {"slug": s, "group": g, "score": float(x), "batch_whiten": float(b), "group_center": float(c)}
+            for s, g, x, b, c in zip(slugs, labels, scores, bw, gc, strict=True)
+        ],
+        "never_solved_groups": never,
+        "never_solved_failures": {
+            "n": len(never_idx),
+            "mean_batch_whiten": mean(bw, never_idx),
+            "mean_group_center": mean(gc, never_idx),
+        },
+        "successes": {
+            "n": int(len(succ_idx)),
+            "mean_batch_whiten": mean(bw, succ_idx),
+            "mean_group_center": mean(gc, succ_idx),
+        },
+    }
+    parts = []
+    if never_idx:
+        parts.append(
+            f"Batch whitening pushes down the {len(never_idx)} failures on the {len(never)} never-solved "
+            f"group(s) by {res['never_solved_failures']['mean_batch_whiten']:+.2f} on average, although no "
+            "better attempt at those tasks exists in the batch; group centering gives them "
+            f"{res['never_solved_failures']['mean_group_center']:+.2f}."
+        )
+    if len(succ_idx):
+        parts.append(
+            f"Successes get {res['successes']['mean_batch_whiten']:+.2f} on average under batch whitening and "
+            f"{res['successes']['mean_group_center']:+.2f} under group centering."
+        )
+    res["summary"] = " ".join(parts) or "No never-solved groups and no successes in this batch."
+    return res
+
+
+def credit_by_effect(rows: list[EpisodeSummary], scores, passed, labels, turn_data) -> dict:
+    """Where the positive RLOO credit of successful episodes lands, by ``meta.calls[k].effect``.
+
+    ``credit`` is token-weighted (:func:`app.core.domain.positive_credit`); ``call_credit`` counts each
+    call once. The shares of both use :func:`app.core.domain.useless_credit_share`."""
+    rloo = outcome_advantages("rloo", scores, labels)
+    by: dict[str, dict[str, float]] = {}
+    for i, r in enumerate(rows):
+        if not passed[i] or rloo[i] <= 0 or r.slug not in turn_data:
+            continue
+        calls = json_loads(r.meta_json).get("calls")
+        if not isinstance(calls, list):
+            continue
+        kinds, tids = turn_data[r.slug]
+        tokens = domain.call_tokens(tids, kinds == domain.POLICY, len(calls))
+        if tokens is None:
+            continue
+        credit = domain.positive_credit(True, float(rloo[i]), tokens)
+        for k, call in enumerate(calls):
+            effect = call.get("effect", "other") if isinstance(call, dict) else "other"
+            e = by.setdefault(effect, {"calls": 0, "tokens": 0, "credit": 0.0, "call_credit": 0.0})
+            e["calls"] += 1
+            e["tokens"] += int(tokens[k])
+            e["credit"] += float(credit[k])
+            e["call_credit"] += float(rloo[i])
+    if not by:
+        return {}
+    total = sum(e["credit"] for e in by.values())
+    total_calls = sum(e["call_credit"] for e in by.values())
+    for e in by.values():
+        e["share"] = e["credit"] / total if total else 0.0
+        e["call_share"] = e["call_credit"] / total_calls if total_calls else 0.0
+    return {
+        "useless_credit_share": domain.useless_credit_share({k: e["credit"] for k, e in by.items()}),
+        "useless_credit_share_per_call": domain.useless_credit_share(
+            {k: e["call_credit"] for k, e in by.items()}
+        ),
+        "credit_by_effect": by,
+    }
+
+
+GROUP_DETAIL_BASELINES = ("rloo", "grpo", "dr_grpo", "group_mean", "batch_whiten")
+
+
+def group_detail(
+    rows: list[EpisodeSummary], group: str, advantages: dict[str, np.ndarray] | None = None
+) -> dict | None:
+    """GET /api/batches/{id}/groups/{group}: each member's outcome advantage under the five
+    baselines (batch_whiten over the whole batch), whether the group has zero variance, and why.
+
+    ``advantages`` None: ``rows`` is the whole batch. Otherwise ``rows`` are the group's members
+    and ``advantages[name]`` their advantages (the batch's memoised ones, app/storage/batch_cache.py)."""
+    if advantages is None:
+        labels = [r.group for r in rows]
+        all_scores = np.array([r.score for r in rows], dtype=np.float64)
+        idx = [i for i, g in enumerate(labels) if g == group]
+        advantages = {
+            name: outcome_advantages(name, all_scores, labels)[idx] for name in GROUP_DETAIL_BASELINES
+        }
+        rows = [rows[i] for i in idx]
+    if not rows:
+        return None
+    members = list(range(len(rows)))
+    scores = np.array([r.score for r in rows], dtype=np.float64)
+    advs = advantages
+    s = scores[members]
+    zero_var = domain.zero_variance(s)
+    why = None
+    if zero_var:
+        verdict = (
+            "passed"
+            if all(rows[i].passed for i in members)
+            else ("failed" if not any(rows[i].passed for i in members) else "tied")
+        )
+        why = (
+            f"All {len(members)} attempts scored {s[0]:g} (all {verdict}): every group baseline equals each "
+            "attempt's own score, so RLOO, GRPO, Dr. GRPO and the group mean give every attempt advantage 0 "
+            "and this group carries no gradient. Only batch whitening, which compares with other tasks, moves them."
+        )
+    elif len(members) == 1:
+        why = "A group of one has no other attempt to compare with; group baselines cannot say whether it was good."
+    return {
+        "group": group,
+        "episodes": [
+            {
+                "slug": rows[i].slug,
+                "reward": rows[i].reward if rows[i].reward is not None else float(scores[i]),
+                "score": float(scores[i]),
+                "passed": bool(rows[i].passed),
+                "advantages": {name: float(a[i]) for name, a in advs.items()},
+            }
+            for i in members
+        ],
+        "zero_variance": zero_var,
+        "why": why,
+    }

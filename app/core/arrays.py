@@ -1,0 +1,158 @@
+"""Per-token array codecs: kind names <-> uint8 codes, arrays <-> little-endian bytes, token lists <->
+JSON, and a native episode -> :class:`EpisodeArrays` for computation (a stored row decodes through
+app/storage/codecs.py into the same dataclass).
+
+Numeric arrays are little-endian with fixed dtypes (float64, int32, uint8 kind codes), so a
+database moves between machines unchanged and decodes with ``np.frombuffer`` (no per-token Python).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.core import domain
+from app.core.domain import KIND_CODES, KIND_NAMES, POLICY
+from app.core.schemas import EpisodeIn
+
+try:  # orjson is several times faster for the big token lists; json is the fallback.
+    import orjson
+
+    def json_dumps(obj: Any) -> str:
+        """Compact JSON text."""
+        return orjson.dumps(obj).decode()
+
+    json_loads = orjson.loads
+except ImportError:  # pragma: no cover
+    json_dumps = json.dumps  # type: ignore[assignment]
+    json_loads = json.loads  # type: ignore[assignment]
+
+F64 = np.dtype("<f8")
+I32 = np.dtype("<i4")
+I64 = np.dtype("<i8")
+# Token ids are stored as int32 (every vocabulary is far below 2**31) and read as int64.
+MAX_TOKEN_ID = 2**31 - 1
+# Per-token float64 fields of the native format, stored as bytes columns of the same name.
+FLOAT_FIELDS = ("rewards", "values", "logprobs", "advantages", "ref_logprobs", "rollout_logprobs", "entropy")
+# The trainer's per-token signals (optional; shown as signal rows, never used by the estimators).
+SIGNAL_FIELDS = ("ref_logprobs", "rollout_logprobs", "entropy")
+_KIND_NAMES = np.array(KIND_NAMES, dtype=object)
+
+
+def kind_codes(kinds: list[str]) -> np.ndarray:
+    """[T] uint8 codes of validated kind names (a C-level map: no per-token Python bytecode)."""
+    return np.frombuffer(bytes(map(KIND_CODES.__getitem__, kinds)), dtype=np.uint8)
+
+
+def kind_names(codes: np.ndarray) -> list[str]:
+    """[T] kind names of uint8 codes."""
+    return _KIND_NAMES[codes].tolist()
+
+
+def id_tokens(ids: np.ndarray) -> list[str]:
+    """The ⟨id⟩ display strings of token ids (no token strings or tokenizer came with them)."""
+    return [f"⟨{i}⟩" for i in ids.tolist()]
+
+
+def decode(b: bytes | None, dtype: np.dtype) -> np.ndarray | None:
+    """A writable array from column bytes (None stays None)."""
+    return None if b is None else np.frombuffer(b, dtype=dtype).copy()
+
+
+def _floats(x: Any) -> np.ndarray | None:
+    return None if x is None else np.asarray(x, dtype=F64)
+
+
+@dataclass
+class EpisodeArrays:
+    """An episode decoded for computation. T = number of tokens.
+
+    kinds:      [T] uint8 (0 prompt, 1 policy, 2 tool).
+    rewards:    [T] float64 effective rewards (:func:`app.core.domain.effective_rewards`).
+    values:     [T] float64 or None.
+    advantages: [T] float64 or None: the trainer's own advantages, as uploaded.
+    turn_ids:   [T] int32, -1 off-policy; uploaded ids or, by default, maximal policy runs.
+    ref_logprobs, rollout_logprobs, entropy: [T] float64 or None, as uploaded.
+    token_ids:  [T] int64 or None: the tokenizer ids, as uploaded.
+    """
+
+    tokens: list[str]
+    kinds: np.ndarray
+    rewards: np.ndarray
+    values: np.ndarray | None
+    logprobs: np.ndarray | None
+    turn_ids: np.ndarray
+    advantages: np.ndarray | None = None
+    ref_logprobs: np.ndarray | None = None
+    rollout_logprobs: np.ndarray | None = None
+    entropy: np.ndarray | None = None
+    token_ids: np.ndarray | None = None
+    reward: float | None = None
+    group: str | None = None
+    truncated: bool = False
+    bootstrap_value: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    slug: str | None = None
+    batch_id: int | None = None
+
+    @property
+    def policy(self) -> np.ndarray:
+        """[T] bool policy mask."""
+        return self.kinds == POLICY
+
+    @property
+    def score(self) -> float:
+        """The episode's score (:func:`app.core.domain.score`)."""
+        return domain.score(self.kinds, self.rewards)
+
+
+def turn_ids_of(policy: np.ndarray, uploaded: np.ndarray | None) -> np.ndarray:
+    """[T] int32 turn ids: the uploaded ones on policy tokens (-1 elsewhere), else the default."""
+    if uploaded is None:
+        return domain.default_turn_ids(policy)
+    return np.where(policy, uploaded, -1).astype(I32)
+
+
+def uploaded_advantages(ep: EpisodeIn) -> list[float] | None:
+    """The trainer's advantages of a native episode: ``advantages``, else the older spelling
+    ``meta.uploaded_advantages`` (both mean the same)."""
+    if ep.advantages is not None:
+        return ep.advantages
+    meta = ep.meta if isinstance(ep.meta, dict) else {}
+    return meta.get("uploaded_advantages")
+
+
+def arrays_of(src: Any, kinds: np.ndarray, floats: dict, turn_ids, tokens, meta, token_ids) -> EpisodeArrays:
+    return EpisodeArrays(
+        tokens=tokens,
+        kinds=kinds,
+        rewards=domain.effective_rewards(kinds, floats["rewards"], src.reward),
+        values=floats["values"],
+        logprobs=floats["logprobs"],
+        advantages=floats["advantages"],
+        ref_logprobs=floats["ref_logprobs"],
+        rollout_logprobs=floats["rollout_logprobs"],
+        entropy=floats["entropy"],
+        token_ids=token_ids,
+        turn_ids=turn_ids_of(kinds == POLICY, turn_ids),
+        reward=src.reward,
+        group=src.group,
+        truncated=src.truncated,
+        bootstrap_value=src.bootstrap_value,
+        meta=meta,
+        slug=getattr(src, "slug", None),
+        batch_id=getattr(src, "batch_id", None),
+    )
+
+
+def arrays_from_native(ep: EpisodeIn) -> EpisodeArrays:
+    """Decode an (already validated) native episode for computation, e.g. in the offline CLI."""
+    floats = {name: _floats(getattr(ep, name)) for name in FLOAT_FIELDS}
+    floats["advantages"] = _floats(uploaded_advantages(ep))
+    tids = None if ep.turn_ids is None else np.asarray(ep.turn_ids, dtype=I32)
+    ids = None if ep.token_ids is None else np.asarray(ep.token_ids, dtype=I64)
+    meta = dict(ep.meta) | ({} if ep.turn_states is None else {"turn_states": ep.turn_states})
+    return arrays_of(ep, kind_codes(ep.kinds), floats, tids, list(ep.tokens), meta, ids)

@@ -1,0 +1,295 @@
+"""The native episode format (what uploads normalise to, what the store returns, what the
+JSON Schema at /api/schema/episode documents). One episode per object."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Kind = Literal["prompt", "policy", "tool"]
+
+
+class EpisodeIn(BaseModel):
+    """One multi-turn agent episode, token by token.
+
+    tokens:   the token strings, in order.
+    kinds:    same length; "prompt" (prompt/template), "policy" (chosen by the policy) or "tool".
+    reward:   outcome reward, placed on the last policy token (added to `rewards` if both given).
+    rewards:  per-token rewards (same length), meaningful on policy tokens.
+    values:   per-token critic values (same length), meaningful on policy tokens.
+    logprobs: per-token log-probabilities of the chosen tokens.
+    advantages: per-token advantages the trainer itself computed (same length; shown as the
+              scheme "uploaded"). ``meta.uploaded_advantages`` is read the same way.
+    ref_logprobs: per-token log-probabilities under the reference policy (same length).
+    rollout_logprobs: per-token log-probabilities under the rollout engine (vLLM, SGLang).
+    entropy:  per-token entropy of the policy at each position.
+    token_ids: per-token tokenizer ids (non-negative integers).
+    turn_ids: per-token turn index; default: a turn is a maximal run of policy tokens.
+    turn_states: one anchor-state string per turn (GiGPO's step groups; null = unknown state);
+              stored in ``meta.turn_states``, which is read the same way. Default: the
+              observation before each turn (the prompt for the first one).
+    group:    attempts at the same task share a group label.
+    truncated / bootstrap_value: a truncated episode bootstraps from V(final state).
+    meta:     free-form metadata (task, per-call annotations, true values, ...);
+              ``meta.special_tokens`` lists the positions of special tokens.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: list[str]
+    kinds: list[Kind]
+    reward: float | None = None
+    rewards: list[float] | None = None
+    values: list[float] | None = None
+    logprobs: list[float] | None = None
+    advantages: list[float] | None = None
+    ref_logprobs: list[float] | None = None
+    rollout_logprobs: list[float] | None = None
+    entropy: list[float] | None = None
+    token_ids: list[int] | None = None
+    turn_ids: list[int] | None = None
+    turn_states: list[str | None] | None = None
+    group: str | None = None
+    truncated: bool = False
+    bootstrap_value: float | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("group")
+    @classmethod
+    def _no_nul(cls, v: str | None) -> str | None:
+        # A group label is an indexed text column; PostgreSQL text cannot hold NUL characters.
+        if v is not None and "\x00" in v:
+            raise ValueError("must not contain NUL (\\u0000) characters")
+        return v
+
+
+# ---------------------------------------------------------------------------------------------
+# Public output shapes of the JSON API (documented in /docs; pinned by the contracts).
+
+
+class CreatedEpisodeOut(BaseModel):
+    id: int
+    slug: str
+    url: str
+
+
+class UploadOut(BaseModel):
+    """201 answer of POST /api/uploads. ``delete_token`` is shown once; keep it to delete later."""
+
+    batch_id: int
+    episodes: list[CreatedEpisodeOut]
+    delete_token: str
+    visibility: Literal["public", "unlisted"]
+    url: str = Field(description="the batch's page (by slug when unlisted: its id answers 404)")
+    api_url: str
+
+
+class EpisodeOut(EpisodeIn):
+    """GET /api/episodes/{slug}: the stored episode in the native format, plus where it lives."""
+
+    model_config = ConfigDict(extra="allow")
+    slug: str
+    batch_id: int
+
+
+class SchemeOut(BaseModel):
+    name: str
+    label: str
+    kind: str
+    advantages: list[float | None]
+    # Per-token by-products of the scheme (e.g. gigpo's step_group_size), null off-policy.
+    extras: dict[str, list[float | None]] | None = None
+
+
+class SignalOut(BaseModel):
+    """One per-token signal row (app/core/signals.py): values on policy tokens, null elsewhere.
+    scale: sequential (entropy, logprob), diverging (kl, around 0), ratio (around 1, log scale)."""
+
+    name: str
+    label: str
+    scale: str
+    values: list[float | None]
+
+
+class SignalsOut(BaseModel):
+    """GET /api/episodes/{slug}/signals."""
+
+    slug: str | None
+    n_tokens: int
+    available_signals: list[str]
+    has_advantages: bool
+    signals: list[SignalOut]
+
+
+class TurnOut(BaseModel):
+    turn: int
+    start: int
+    end: int
+    text: str
+    reward: float
+    value: float | None
+    effect: str | None
+    means: dict[str, float]
+
+
+class AdvantagesOut(BaseModel):
+    """GET /api/episodes/{slug}/advantages. Per-token arrays have one entry per token; null marks
+    off-policy positions (prompt, tool), which carry no advantage."""
+
+    slug: str | None
+    batch_id: int | None
+    group: str | None
+    n_tokens: int
+    params: dict[str, Any]
+    episode: dict[str, Any]
+    tokens: list[str]
+    kinds: list[Kind]
+    turn_ids: list[int | None]
+    rewards: list[float]
+    values: list[float | None] | None
+    td: list[float | None]
+    schemes: list[SchemeOut]
+    turns: list[TurnOut]
+    # The trainer's own advantages were uploaded (the `uploaded` row is on offer; it has a value
+    # on every token, prompt and tool included).
+    has_advantages: bool = False
+    # Signal rows: those asked for with `signal=` that the episode has data for.
+    available_signals: list[str] = []
+    signals: list[SignalOut] = []
+
+
+class BatchSummaryOut(BaseModel):
+    id: int
+    name: str
+    source: str
+    created_at: str
+    n_episodes: int
+    ref: int | str = Field(description="what its URLs carry: the id when public, the slug when unlisted")
+    url: str
+    visibility: Literal["public", "unlisted"]
+
+
+class BatchEpisodeOut(BaseModel):
+    slug: str
+    group: str | None
+    reward: float | None
+    score: float
+    passed: bool
+    n_tokens: int
+    task: str | None
+
+
+class BatchOut(BatchSummaryOut):
+    """GET /api/batches/{id}: the batch, one page of its episodes and its diagnostics.
+
+    ``total`` episodes in all; ``episodes`` (and ``diagnostics.whiten_vs_center.episodes``) hold
+    ``limit`` of them from ``offset``; ``next`` is the URL of the following page (null on the last)."""
+
+    meta: dict[str, Any]
+    episodes: list[BatchEpisodeOut]
+    diagnostics: dict[str, Any]
+    total: int
+    limit: int
+    offset: int
+    next: str | None
+
+
+class GroupOut(BaseModel):
+    """GET /api/batches/{id}/groups/{group}: every member's outcome advantage under each baseline."""
+
+    group: str
+    episodes: list[dict[str, Any]]
+    zero_variance: bool
+    why: str | None
+
+
+class ErrorDetail(BaseModel):
+    status: int
+    code: str
+    message: str
+    line: int | None = None
+    episode: int | None = None
+    field: str | None = None
+
+
+class ErrorOut(BaseModel):
+    """The one shape of every 4xx answer."""
+
+    error: ErrorDetail
+
+
+# ---- runs (POST /api/runs, GET /api/runs[/{id}[/metrics]], POST /api/runs/{id}/steps/{step}) ----
+
+
+class RunIn(BaseModel):
+    """POST /api/runs: a training run's name and its configuration (any JSON object)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=512)
+    config: dict[str, Any] = Field(default_factory=dict)
+    visibility: Literal["public", "unlisted"] | None = Field(
+        None, description="unlisted: never listed, reachable only by its slug (default: the server's setting)"
+    )
+
+
+class RunCreatedOut(BaseModel):
+    """201 answer of POST /api/runs. ``delete_token`` is shown once; keep it to delete the run."""
+
+    id: int
+    url: str
+    delete_token: str
+    ref: int | str
+    api_url: str
+    visibility: Literal["public", "unlisted"]
+
+
+class RunSummaryOut(BaseModel):
+    id: int
+    ref: int | str
+    name: str
+    url: str
+    visibility: Literal["public", "unlisted"]
+    created_at: str
+    n_steps: int
+    last_step: int | None = Field(None, description="the highest step logged so far (null: none yet)")
+
+
+class RunStepOut(BaseModel):
+    """One step of a run: its batch and the metrics computed when it was ingested."""
+
+    step: int
+    batch_id: int
+    batch_ref: int | str
+    url: str
+    n_episodes: int
+    metrics: dict[str, float | int | None]
+
+
+class RunOut(RunSummaryOut):
+    """GET /api/runs/{id}: the run, its config and every step's stored metrics."""
+
+    config: dict[str, Any]
+    steps: list[RunStepOut]
+
+
+class StepUploadOut(UploadOut):
+    """201 answer of POST /api/runs/{id}/steps/{step}: the uploads answer plus the step."""
+
+    step: int
+
+
+# One episode of a batch without its arrays: the batch API's episode row plus the meta JSON the
+# diagnostics read. Its fields are the columns batch_summaries selects.
+EpisodeSummary = NamedTuple(  # noqa: UP014 - the fields come from the API schema
+    "EpisodeSummary",
+    [*((n, f.annotation) for n, f in BatchEpisodeOut.model_fields.items()), ("meta_json", str)],
+)
+
+
+class EpisodeScore(NamedTuple):
+    """What the outcome baselines need of each episode of a batch."""
+
+    slug: str
+    group: str | None
+    score: float

@@ -1,0 +1,136 @@
+"""The advantage schemes the service offers, their labels, and the one set of defaults.
+
+Every scheme is either an estimator of the registry (estimators/registry.py: name, label, kind,
+description come from its ``register`` call) or one of the three service schemes below, which need
+the episode's batch or data stored with it. Python imports these names; the pages hand
+:func:`client_config` to their scripts in the initial state, so static/*.js holds no copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+# The view a link without parameters shows (API, pages, CLI).
+DEFAULT_SCHEMES = ("outcome", "token_gae", "turn_gae")
+DEFAULT_GAMMA = 1.0
+DEFAULT_LAM = 0.95
+DEFAULT_BASELINE = "rloo"
+DEFAULT_CRITIC = "upload"
+
+# Baselines of the `outcome` scheme (registry estimators that read only the [B] scores), with
+# their labels; "none" is the score itself.
+BASELINES = {
+    "rloo": "RLOO",
+    "grpo": "GRPO",
+    "dr_grpo": "Dr. GRPO",
+    "group_mean": "group mean",
+    "batch_whiten": "batch whitening",
+    "none": "no baseline",
+}
+# The baselines a group page compares side by side (all but "none").
+GROUP_BASELINES = tuple(b for b in BASELINES if b != "none")
+
+# Where the critic values come from; NO_CRITIC (V = 0) is the page's fallback for an episode
+# uploaded without values.
+CRITICS = {"upload": "uploaded values", "zero": "zero (no critic)"}
+NO_CRITIC = "zero"
+
+
+class ServiceScheme(NamedTuple):
+    """A scheme of the service that is not a registry entry."""
+
+    label: str
+    kind: str
+    description: str
+
+
+SERVICE_SCHEMES = {
+    "outcome": ServiceScheme(
+        "outcome (group baseline chosen by `baseline`)",
+        "outcome",
+        "One number per episode from its group's scores, on every policy token.",
+    ),
+    "oracle": ServiceScheme(
+        "oracle (true turn values)",
+        "turn",
+        "A_k = r_k + gamma V_{k+1} - V_k with meta.turn_values; only for episodes that have them.",
+    ),
+    "uploaded": ServiceScheme(
+        "uploaded advantages",
+        "token",
+        "The trainer's own advantages uploaded with the episode (the per-token `advantages` field; NeMo-RL, verl, TRL and slime dumps fill it).",
+    ),
+    # The audit of the batch's uploaded advantages (GET /api/batches/{id}/audit); need `advantages`.
+    "audit_reference": ServiceScheme(
+        "audit reference (best match)",
+        "token",
+        "The configuration that best explains the batch's uploaded advantages (the audit's best match, or its "
+        "closest fit when nothing matches), on this episode.",
+    ),
+    "audit_diff": ServiceScheme(
+        "uploaded − reference",
+        "diff",
+        "The uploaded advantages minus the audit's reference: where the trainer differs from the best match "
+        "(own diverging scale).",
+    ),
+}
+# Service schemes computed by the batch audit (app/compute/audit.py).
+AUDIT_SCHEMES = ("audit_reference", "audit_diff")
+
+
+def outcome_label(baseline: str) -> str:
+    """The row label of the `outcome` scheme under ``baseline``: "outcome (RLOO)"."""
+    return f"outcome ({BASELINES[baseline]})"
+
+
+def catalog() -> list[dict[str, Any]]:
+    """Every scheme, service schemes first: [{name, label, kind, needs_values, description, params}]."""
+    from estimators import available  # torch: not needed for the constants above (the CLI's start)
+
+    out: list[dict[str, Any]] = [
+        {"name": n, "label": label, "kind": kind, "needs_values": False, "description": d, "params": {}}
+        for n, (label, kind, d) in SERVICE_SCHEMES.items()
+    ]
+    out += [
+        {
+            "name": s.name,
+            "label": s.label,
+            "kind": s.kind,
+            "needs_values": s.needs_values,
+            "description": s.description,
+            "params": s.params,
+        }
+        for s in available().values()
+    ]
+    return out
+
+
+def names() -> list[str]:
+    """Every scheme name, in catalog order."""
+    from estimators import available
+
+    return [*SERVICE_SCHEMES, *available()]
+
+
+def defaults() -> dict[str, Any]:
+    """The default view parameters as one dict (schemes as a list)."""
+    return {
+        "schemes": list(DEFAULT_SCHEMES),
+        "gamma": DEFAULT_GAMMA,
+        "lam": DEFAULT_LAM,
+        "baseline": DEFAULT_BASELINE,
+        "critic": DEFAULT_CRITIC,
+    }
+
+
+def client_config() -> dict[str, Any]:
+    """What the pages' scripts know about schemes: the catalog, the baselines and critics with
+    labels (in order), the group page's baselines, the critic-free fallback and the defaults."""
+    return {
+        "schemes": catalog(),
+        "baselines": [{"name": n, "label": label} for n, label in BASELINES.items()],
+        "group_baselines": list(GROUP_BASELINES),
+        "critics": [{"name": n, "label": label} for n, label in CRITICS.items()],
+        "no_critic": NO_CRITIC,
+        "defaults": defaults(),
+    }

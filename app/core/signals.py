@@ -1,0 +1,125 @@
+"""Per-token signal rows of the episode page: what the policy's own numbers say at each token,
+beside the advantage rows. Each row is plain arithmetic on the uploaded arrays:
+
+* ``logprob``: ``logprobs`` (the training policy's log-probability of the token);
+* ``entropy``: ``entropy`` (the policy's entropy at the position);
+* ``kl``: ``logprobs - ref_logprobs`` (the per-token k1 estimate of KL to the reference);
+* ``ratio``: ``exp(logprobs - rollout_logprobs)`` (training vs rollout engine mismatch; 1 = none).
+
+Values are served on policy tokens only (null elsewhere): trainers fill the prompt with zeros and
+never train on tool output, so a number there says nothing about the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from app.core.arrays import EpisodeArrays
+from app.core.errors import ApiError
+
+
+class Signal(NamedTuple):
+    """One signal row: its label, its colour scale and the EpisodeArrays fields it needs.
+
+    scale: "sequential" (0 … max, white to one hue), "diverging" (around 0) or "ratio"
+    (diverging around 1 on a log scale)."""
+
+    label: str
+    scale: str
+    needs: tuple[str, ...]
+    description: str
+
+
+SIGNALS: dict[str, Signal] = {
+    "logprob": Signal(
+        "log-prob",
+        "sequential",
+        ("logprobs",),
+        "The policy's log-probability of the token (darker = less likely).",
+    ),
+    "entropy": Signal("entropy", "sequential", ("entropy",), "The policy's entropy at the position."),
+    "kl": Signal(
+        "KL (logp − ref)",
+        "diverging",
+        ("logprobs", "ref_logprobs"),
+        "logprobs − ref_logprobs: the per-token k1 estimate of the KL to the reference policy.",
+    ),
+    "ratio": Signal(
+        "ratio train/rollout",
+        "ratio",
+        ("logprobs", "rollout_logprobs"),
+        "exp(logprobs − rollout_logprobs): the training/rollout engine mismatch (1 = none).",
+    ),
+}
+
+
+def available_signals(ep: EpisodeArrays) -> list[str]:
+    """The signal names this episode has the arrays for, in catalog order."""
+    return [n for n, s in SIGNALS.items() if all(getattr(ep, f) is not None for f in s.needs)]
+
+
+def parse_signals(raw: Sequence[str] | None) -> list[str]:
+    """Repeated and/or comma-separated ``signal`` values -> de-duplicated names; ApiError 422
+    naming the field for a name that is not a signal."""
+    names: list[str] = []
+    for item in raw or ():
+        for s in item.split(","):
+            s = s.strip()
+            if not s or s in names:
+                continue
+            if s not in SIGNALS:
+                raise ApiError(
+                    422,
+                    "unknown_signal",
+                    f"signal {s!r} is not known; choose from {', '.join(SIGNALS)}.",
+                    field="signal",
+                )
+            names.append(s)
+    return names
+
+
+def signal_values(ep: EpisodeArrays, name: str) -> np.ndarray:
+    """[T] float64 of one signal, NaN off-policy (orjson writes null). The arrays must exist."""
+    if name == "logprob":
+        v = np.array(ep.logprobs, dtype=np.float64)
+    elif name == "entropy":
+        v = np.array(ep.entropy, dtype=np.float64)
+    elif name == "kl":
+        v = ep.logprobs - ep.ref_logprobs
+    elif name == "ratio":
+        v = np.exp(ep.logprobs - ep.rollout_logprobs)
+    else:  # parse_signals guards the names
+        raise KeyError(name)
+    v = np.asarray(v, dtype=np.float64).copy()
+    v[~ep.policy] = np.nan
+    return v
+
+
+def signal_rows(ep: EpisodeArrays, names: Sequence[str], as_numpy: bool = False) -> list[dict[str, Any]]:
+    """The rows of ``names`` this episode has data for (the others are left out; see
+    :func:`available_signals`): [{name, label, scale, values}]. ``as_numpy``: values as float64
+    arrays with NaN for null (serialise with app.http.api._json.dumps); default lists with None."""
+    have = set(available_signals(ep))
+    out = []
+    for n in names:
+        if n not in have:
+            continue
+        v = signal_values(ep, n)
+        vals: Any = v
+        if not as_numpy:
+            o = v.astype(object)
+            o[np.isnan(v)] = None
+            vals = o.tolist()
+        out.append({"name": n, "label": SIGNALS[n].label, "scale": SIGNALS[n].scale, "values": vals})
+    return out
+
+
+def catalog() -> list[dict[str, str]]:
+    """Every signal the service knows: [{name, label, scale, needs, description}]."""
+    return [
+        {"name": n, "label": s.label, "scale": s.scale, "needs": list(s.needs), "description": s.description}
+        for n, s in SIGNALS.items()
+    ]

@@ -1,0 +1,121 @@
+"""The view state of the episode page, read from and written to the query string (the URL is the
+state). static/episode.js writes the same canonical query when the user changes a control
+(history.replaceState); app/core/urls.py turns a view into the page's and the API's URLs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from urllib.parse import urlencode
+
+from app.core import schemes as sc
+from app.core.signals import SIGNALS
+
+
+def _float(raw: str | None, default: float, lo: float, hi: float) -> float:
+    try:
+        x = float(raw) if raw is not None else default
+    except ValueError:
+        return default
+    if not math.isfinite(x):
+        return default
+    return min(hi, max(lo, x))
+
+
+def _int_list(raw: str | None) -> list[int]:
+    out: list[int] = []
+    for part in (raw or "").split(","):
+        part = part.strip()
+        if part.isdigit():
+            out.append(int(part))
+    return sorted(set(out))
+
+
+def fmt_num(x: float) -> str:
+    # 0.95 -> "0.95", 1.0 -> "1": stable, short URLs that compare equal after a round trip.
+    return f"{x:.6g}"
+
+
+@dataclass
+class EpisodeView:
+    """The whole state of an episode page.
+
+    schemes: rows shown, top to bottom. gamma, lam: discount and GAE lambda. baseline: group
+    baseline of the `outcome` row. critic: "upload" (the episode's values) or "zero".
+    open: start indices of tool spans shown expanded. tok: cursor token (or None).
+    chart: the per-call Plotly chart is open. signals: per-token signal rows shown under the
+    advantage rows (app/core/signals.py: logprob, entropy, kl, ratio), top to bottom.
+    """
+
+    schemes: list[str] = field(default_factory=lambda: list(sc.DEFAULT_SCHEMES))
+    gamma: float = sc.DEFAULT_GAMMA
+    lam: float = sc.DEFAULT_LAM
+    baseline: str = sc.DEFAULT_BASELINE
+    critic: str = sc.DEFAULT_CRITIC
+    open: list[int] = field(default_factory=list)
+    tok: int | None = None
+    chart: bool = False
+    signals: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_query(cls, q: dict[str, str], known: set[str] | None = None) -> EpisodeView:
+        """Parse a query string, silently replacing malformed values with defaults (a link
+        never 500s); scheme names are filtered against ``known`` when given."""
+        raw = q.get("scheme")
+        if raw is None:
+            schemes = list(sc.DEFAULT_SCHEMES)
+        else:
+            schemes = []
+            for s in raw.split(","):
+                s = s.strip()
+                if s and s not in schemes and (known is None or s in known):
+                    schemes.append(s)
+        tok_raw = q.get("tok", "")
+        signals: list[str] = []
+        # `signals=` is read too (a natural spelling); `signal=` is written, like `scheme=`.
+        for name in (q.get("signal") or q.get("signals") or "").split(","):
+            name = name.strip()
+            if name in SIGNALS and name not in signals:
+                signals.append(name)
+        return cls(
+            schemes=schemes,
+            gamma=_float(q.get("gamma"), sc.DEFAULT_GAMMA, 0.0, 1.0),
+            lam=_float(q.get("lam"), sc.DEFAULT_LAM, 0.0, 1.0),
+            baseline=q.get("baseline") if q.get("baseline") in sc.BASELINES else sc.DEFAULT_BASELINE,
+            critic=q.get("critic") if q.get("critic") in sc.CRITICS else sc.DEFAULT_CRITIC,
+            open=_int_list(q.get("open")),
+            tok=int(tok_raw) if tok_raw.isdigit() else None,
+            chart=q.get("chart") == "1",
+            signals=signals,
+        )
+
+    def query(self) -> str:
+        """The canonical query string (same key order as static/episode.js)."""
+        extra = []
+        if self.open:
+            extra.append(("open", ",".join(map(str, self.open))))
+        if self.tok is not None:
+            extra.append(("tok", str(self.tok)))
+        if self.chart:
+            extra.append(("chart", "1"))
+        return urlencode(self._api_pairs() + extra, safe=",")
+
+    def api_query(self) -> str:
+        """The query string of the advantages API for this view (no page-only keys)."""
+        return urlencode(self._api_pairs(), safe=",")
+
+    def _api_pairs(self) -> list[tuple[str, str]]:
+        pairs = [
+            ("scheme", ",".join(self.schemes)),
+            ("gamma", fmt_num(self.gamma)),
+            ("lam", fmt_num(self.lam)),
+            ("baseline", self.baseline),
+            ("critic", self.critic),
+        ]
+        if self.signals:  # absent when none: links from before signal rows stay canonical
+            pairs.append(("signal", ",".join(self.signals)))
+        return pairs
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,160 @@
+"""Batch routes: list/search, one batch with diagnostics, one group's baselines, deletion."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
+
+from app.compute.diagnostics import GROUP_DETAIL_BASELINES, group_detail
+from app.core import urls
+from app.core.arrays import json_loads
+from app.core.errors import not_found
+from app.core.schemas import BatchOut, BatchSummaryOut, EpisodeSummary, ErrorOut, GroupOut
+from app.http.api._json import json_response
+from app.http.api.deps import require_write
+from app.storage.batch_cache import batch_summary, cached_diagnostics
+from app.storage.batch_stats import compute_batch_diagnostics
+from app.storage.db import SessionDep
+from app.storage.episodes import batch_summaries, group_summaries
+from app.storage.models import Batch, BatchStats
+from app.storage.store import batch_by_ref_or_404, batch_ref, delete_batch, list_batches
+from app.storage.store import get_batch as get_batch_row
+
+router = APIRouter(tags=["batches"])
+ERRORS = {404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+# A batch in a path: its id when public, its slug when unlisted (an unlisted batch's id is a 404).
+BatchRef = Path(description="the batch's id (public batches) or slug (unlisted batches)", max_length=64)
+
+
+def _iso(t: datetime) -> str:
+    """UTC, ISO 8601 with a Z (SQLite hands datetimes back naive, PostgreSQL aware)."""
+    if t.tzinfo is not None:
+        t = t.astimezone(UTC).replace(tzinfo=None)
+    return t.isoformat(timespec="seconds") + "Z"
+
+
+def summary(b: Batch) -> dict:
+    return {
+        "id": b.id,
+        "name": b.name,
+        "source": b.source,
+        "created_at": _iso(b.created_at),
+        "n_episodes": b.n_episodes,
+        # Where to read it: by id when public, by its random slug when unlisted.
+        "ref": batch_ref(b),
+        "url": urls.batch(batch_ref(b)),
+        "visibility": b.visibility,
+    }
+
+
+@router.get("/api/batches", response_model=list[BatchSummaryOut], summary="Batches, newest first")
+def get_batches(
+    session: SessionDep,
+    q: str | None = Query(None, description="search in names and sources"),
+    source: str | None = Query(None, description="only sources starting with this (upload, sample, demo)"),
+    limit: int = Query(100, ge=1, le=1000),
+    offset: int = Query(0, ge=0, le=2**31 - 1),
+):
+    return [summary(b) for b in list_batches(session, q=q, source=source, limit=limit, offset=offset)]
+
+
+def _episode_row(r: EpisodeSummary) -> dict:
+    """The batch API's episode row: the summary without its meta; no outcome reward -> the score."""
+    row = r._asdict()
+    del row["meta_json"]
+    row["reward"] = r.score if r.reward is None else r.reward
+    return row
+
+
+# The default and largest page of GET /api/batches/{id}: answers stay bounded however big the batch.
+PAGE_DEFAULT = 500
+PAGE_MAX = 5000
+
+
+def _diagnostics(session, b: Batch) -> dict:
+    """The batch's diagnostics: stored at ingest (batch_stats), read once per worker and batch
+    state (app/storage/batch_cache.py); a batch stored before that table existed computes them here."""
+
+    def read() -> tuple[dict, int]:
+        row = session.get(BatchStats, b.id)
+        if row is not None and row.n_episodes == b.n_episodes:
+            return json_loads(row.diagnostics_json), row.n_episodes
+        return compute_batch_diagnostics(session, b.id)
+
+    return cached_diagnostics(session, b, read)
+
+
+@router.get(
+    "/api/batches/{batch_id}",
+    response_model=BatchOut,
+    responses=ERRORS,
+    summary="A batch with diagnostics and one page of its episodes",
+)
+def get_batch(
+    session: SessionDep,
+    batch_id: str = BatchRef,
+    limit: int = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="episodes per page"),
+    offset: int = Query(0, ge=0, le=2**31 - 1, description="episodes to skip (upload order)"),
+):
+    b = batch_by_ref_or_404(session, batch_id)
+    batch_id = b.id
+    total = b.n_episodes
+    diagnostics = _diagnostics(session, b)
+    rows = batch_summaries(session, batch_id, limit=limit, offset=offset)
+    if not rows and offset < total and get_batch_row(session, batch_id) is None:
+        raise not_found(f"Batch {batch_id}")  # deleted while we read it
+    body = summary(b)
+    body["meta"] = json_loads(b.meta_json)
+    body["episodes"] = [_episode_row(r) for r in rows]
+    wvc = diagnostics.get("whiten_vs_center") or {}
+    # The per-episode comparison is paged with the episodes; the aggregates cover the whole batch.
+    diagnostics = {
+        **diagnostics,
+        "whiten_vs_center": {**wvc, "episodes": wvc.get("episodes", [])[offset : offset + limit]},
+    }
+    body["diagnostics"] = diagnostics
+    body["total"] = total
+    body["limit"] = limit
+    body["offset"] = offset
+    body["next"] = urls.api_batch(batch_id, limit, offset + limit) if offset + limit < total else None
+    return json_response(body)
+
+
+@router.get(
+    "/api/batches/{batch_id}/groups/{group:path}",
+    response_model=GroupOut,
+    responses=ERRORS,
+    summary="One group: each member's outcome advantage under every baseline",
+)
+def get_group(group: str, session: SessionDep, batch_id: str = BatchRef):
+    b = batch_by_ref_or_404(session, batch_id)
+    batch_id = b.id
+    summary_ = batch_summary(session, b)
+    idx = summary_.members(group)
+    rows = group_summaries(session, batch_id, group)
+    if len(rows) == len(idx):
+        advantages = {name: summary_.advantages(name)[idx] for name in GROUP_DETAIL_BASELINES}
+        detail = group_detail(rows, group, advantages)
+    else:  # the batch changed between the two reads: compute from one read of it
+        detail = group_detail(batch_summaries(session, batch_id), group)
+    if detail is None:
+        raise not_found(f"Group {group!r} of batch {batch_id}")
+    return json_response(detail)
+
+
+@router.delete(
+    "/api/batches/{batch_id}",
+    status_code=204,
+    dependencies=[Depends(require_write)],
+    responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}},
+    summary="Delete a batch with its delete token",
+)
+def remove_batch(
+    session: SessionDep,
+    batch_id: str = BatchRef,
+    token: str | None = Query(None, description="the delete_token returned by the upload"),
+    x_delete_token: str | None = Header(None),
+):
+    delete_batch(session, batch_by_ref_or_404(session, batch_id).id, x_delete_token or token)
+    return Response(status_code=204)

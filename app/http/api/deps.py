@@ -1,0 +1,29 @@
+"""Shared API dependencies: the write-token check (also used by POST /api/samples)."""
+
+from __future__ import annotations
+
+import secrets
+
+from fastapi import Request
+
+from app.core.errors import ApiError
+
+
+def require_write(request: Request) -> None:
+    """When the setting CREDITLENS_WRITE_TOKEN is set, require ``Authorization: Bearer <token>``.
+
+    Use as ``dependencies=[Depends(require_write)]`` on every route that writes."""
+    token = request.app.state.settings.write_token
+    if not token:
+        return
+    auth = request.headers.get("authorization", "")
+    scheme, _, given = auth.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise ApiError(
+            401,
+            "unauthorized",
+            "this server needs a write token: send `Authorization: Bearer <token>` (the server's "
+            "CREDITLENS_WRITE_TOKEN).",
+        )
+    if not secrets.compare_digest(given.strip().encode(), token.encode()):
+        raise ApiError(403, "forbidden", "the write token is wrong.")

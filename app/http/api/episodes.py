@@ -1,0 +1,150 @@
+"""Episode routes: the stored episode, its advantages, deletion."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from sqlmodel import Session
+
+from app.compute.advantages import BatchContext, episode_advantages
+from app.core import schemes as sc
+from app.core.errors import not_found
+from app.core.schemas import AdvantagesOut, EpisodeOut, ErrorOut, SignalsOut
+from app.core.signals import available_signals, parse_signals, signal_rows
+from app.http.api._json import json_response
+from app.http.api.deps import require_write
+from app.storage.audits import episode_audit
+from app.storage.batch_cache import batch_summary
+from app.storage.codecs import episode_arrays, episode_to_native
+from app.storage.db import SessionDep
+from app.storage.episodes import batch_episodes, episodes_by_slug
+from app.storage.models import Batch
+from app.storage.store import batch_ref, delete_episode, episode_or_404, get_batch
+
+router = APIRouter(tags=["episodes"])
+ERRORS = {404: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+
+
+@router.get(
+    "/api/episodes/{slug}",
+    response_model=EpisodeOut,
+    responses=ERRORS,
+    summary="The episode as stored (native format)",
+)
+def get_episode(slug: str, session: SessionDep):
+    ep = episode_or_404(session, slug)
+    body = episode_to_native(ep).model_dump()
+    body["slug"] = ep.slug
+    body["batch_id"] = ep.batch_id
+    b = session.get(Batch, ep.batch_id)
+    body["batch_ref"] = batch_ref(b) if b is not None else ep.batch_id  # its slug when unlisted
+    return json_response(body)
+
+
+def batch_context(session: Session, batch_id: int, slug: str, max_cells: int = 0) -> BatchContext:
+    """The episode's batch as the outcome schemes need it: the [B] summaries of the batch (read
+    once per worker and batch state, app/storage/batch_cache.py); the arrays only on demand. An episode or
+    batch deleted meanwhile is a 404, never a 500."""
+    batch = get_batch(session, batch_id)
+    ctx = None
+    if batch is not None:
+        summary = batch_summary(session, batch)
+
+        def load_rows(rows: list[int]) -> list:
+            by_row = {i: s for s, i in summary.slugs.items()}
+            return [episode_arrays(e) for e in episodes_by_slug(session, batch_id, [by_row[r] for r in rows])]
+
+        ctx = summary.context(
+            slug,
+            load_all=lambda: [episode_arrays(e) for e in batch_episodes(session, batch_id)],
+            load_rows=load_rows,
+            max_cells=max_cells,
+        )
+    if ctx is None:
+        raise not_found(f"Episode {slug!r}")
+    return ctx
+
+
+@router.get(
+    "/api/episodes/{slug}/advantages",
+    response_model=AdvantagesOut,
+    responses=ERRORS,
+    summary="Per-token advantages under one or more schemes",
+)
+def get_advantages(
+    slug: str,
+    request: Request,
+    session: SessionDep,
+    scheme: list[str] = Query(
+        list(sc.DEFAULT_SCHEMES),
+        description="repeat or comma-separate: outcome, oracle, uploaded, or any registry estimator (GET /api/schemes)",
+    ),
+    gamma: float = Query(sc.DEFAULT_GAMMA, description="discount per policy step, in [0, 1]"),
+    lam: float = Query(sc.DEFAULT_LAM, description="GAE lambda, in [0, 1]"),
+    baseline: str = Query(
+        sc.DEFAULT_BASELINE, description="baseline of the `outcome` scheme: " + ", ".join(sc.BASELINES)
+    ),
+    critic: str = Query(sc.DEFAULT_CRITIC, description="upload (the uploaded values) or zero (V = 0)"),
+    signal: list[str] = Query(
+        [],
+        description="per-token signal rows, repeat or comma-separate: logprob, entropy, kl, ratio "
+        "(left out when the episode lacks their arrays; see `available_signals`)",
+    ),
+):
+    signals = parse_signals(signal)
+    ep = episode_or_404(session, slug)
+    arrays = episode_arrays(ep)
+    ctx = batch_context(session, ep.batch_id, ep.slug, request.app.state.settings.max_compute_cells)
+    ctx.audit = lambda: episode_audit(session, ep, request.app.state.settings)
+    payload = episode_advantages(
+        arrays, ctx, schemes=scheme, gamma=gamma, lam=lam, baseline=baseline, critic=critic, as_numpy=True
+    )
+    payload["params"]["signals"] = signals
+    payload["available_signals"] = available_signals(arrays)
+    payload["signals"] = signal_rows(arrays, signals, as_numpy=True)
+    return json_response(payload)
+
+
+@router.get(
+    "/api/episodes/{slug}/signals",
+    response_model=SignalsOut,
+    responses=ERRORS,
+    summary="Per-token signal rows: logprob, entropy, kl, ratio (those the episode has data for)",
+)
+def get_signals(
+    slug: str,
+    session: SessionDep,
+    signal: list[str] = Query(
+        [], description="repeat or comma-separate: logprob, entropy, kl, ratio (default: every one available)"
+    ),
+):
+    names = parse_signals(signal)
+    ep = episode_or_404(session, slug)
+    arrays = episode_arrays(ep)
+    have = available_signals(arrays)
+    rows = signal_rows(arrays, names or have, as_numpy=True)
+    return json_response(
+        {
+            "slug": ep.slug,
+            "n_tokens": len(arrays.kinds),
+            "available_signals": have,
+            "has_advantages": arrays.advantages is not None,
+            "signals": rows,
+        }
+    )
+
+
+@router.delete(
+    "/api/episodes/{slug}",
+    status_code=204,
+    dependencies=[Depends(require_write)],
+    responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}},
+    summary="Delete an episode with the upload's delete token",
+)
+def remove_episode(
+    slug: str,
+    session: SessionDep,
+    token: str | None = Query(None, description="the delete_token returned by the upload"),
+    x_delete_token: str | None = Header(None),
+):
+    delete_episode(session, slug, x_delete_token or token)
+    return Response(status_code=204)

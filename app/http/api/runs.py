@@ -1,0 +1,201 @@
+"""Run routes: create and list training runs, post a step (one batch, any upload format), read a
+run's stored per-step metrics, delete a run with its delete token."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from sqlalchemy.exc import IntegrityError
+
+from app.core import urls
+from app.core.arrays import json_loads
+from app.core.errors import ApiError
+from app.core.schemas import ErrorOut, RunCreatedOut, RunIn, RunOut, RunSummaryOut, StepUploadOut
+from app.http.api._json import dumps, json_response
+from app.http.api.batches import _iso
+from app.http.api.deps import require_write
+from app.http.api.uploads import FormatQuery, NameQuery, ingest, ingest_thread, read_upload
+from app.storage import runs as rs
+from app.storage.audits import audit_step
+from app.storage.db import SessionDep
+from app.storage.models import Run
+
+router = APIRouter(tags=["runs"])
+ERRORS = {404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+# GET /api/runs pages: the default and the most a request may ask for (a page is one query).
+RUNS_PAGE_DEFAULT = 100
+RUNS_PAGE_MAX = 1000
+TOTAL_DOC = "how many runs match (name), over all pages"
+RunId = Path(description="the run's id (public runs) or slug (unlisted runs)", max_length=64)
+
+
+def _summary(run: Run, n_steps: int, last_step: int | None) -> dict:
+    ref = rs.run_ref(run)
+    return {
+        "id": run.id,
+        "ref": ref,
+        "visibility": run.visibility,
+        "name": run.name,
+        "url": urls.run(ref),
+        "created_at": _iso(run.created_at),
+        "n_steps": n_steps,
+        "last_step": last_step,
+    }
+
+
+def _step_exists(run_id: int | str, step: int) -> ApiError:
+    return ApiError(
+        409,
+        "step_exists",
+        f"run {run_id} already has step {step}; nothing was changed. Steps are written once (delete "
+        "the run, or log under another step).",
+        field="step",
+    )
+
+
+@router.post(
+    urls.API_RUNS,
+    status_code=201,
+    response_model=RunCreatedOut,
+    dependencies=[Depends(require_write)],
+    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    summary="Create a training run",
+)
+def create_run(body: RunIn, request: Request, session: SessionDep):
+    """A new run; post its steps to ``/api/runs/{ref}/steps/{step}`` (``ref``: its id, or its slug
+    when unlisted; its steps inherit its visibility). The ``delete_token`` is shown once."""
+    visibility = body.visibility or request.app.state.settings.default_visibility
+    run, token = rs.create_run(session, body.name, body.config, visibility)
+    ref = rs.run_ref(run)
+    out = {"id": run.id, "ref": ref, "url": urls.run(ref), "api_url": urls.api_run(ref)}
+    out.update(delete_token=token, visibility=run.visibility)
+    return json_response(out, status_code=201)
+
+
+@router.get(
+    urls.API_RUNS,
+    response_model=list[RunSummaryOut],
+    responses={
+        200: {"headers": {"X-Total-Count": {"description": TOTAL_DOC, "schema": {"type": "integer"}}}}
+    },
+    summary="Runs, newest first",
+)
+def get_runs(
+    session: SessionDep,
+    name: str | None = Query(None, description="only runs with exactly this name"),
+    limit: int = Query(RUNS_PAGE_DEFAULT, ge=1, le=RUNS_PAGE_MAX, description="runs per page"),
+    offset: int = Query(0, ge=0, le=2**31 - 1, description="runs to skip (newest first)"),
+):
+    """One page of the public runs (unlisted runs are never listed), with the number of runs the
+    pages cover in the ``X-Total-Count`` header (the body stays a plain list)."""
+    page = rs.list_runs(session, name=name, limit=limit, offset=offset)
+    response = json_response([_summary(*row) for row in page])
+    response.headers["X-Total-Count"] = str(rs.count_runs(session, name=name))
+    return response
+
+
+@router.get(
+    "/api/runs/{run_id}",
+    response_model=RunOut,
+    responses=ERRORS,
+    summary="A run with every step's metrics (computed at ingest)",
+)
+def get_run(session: SessionDep, run_id: str = RunId):
+    run = rs.run_by_ref_or_404(session, run_id)
+    steps = rs.run_steps(session, run.id)
+    body = _summary(run, len(steps), steps[-1].step if steps else None)
+    body["config"] = json_loads(run.config_json)
+    # The steps' stored metrics are JSON text already: spliced in as stored rather than parsed
+    # and serialised again (that was most of this answer's time for a 1,000-step run).
+    head = dumps(body)[:-1]
+    steps_json = b",".join(_step_json(s) for s in steps)
+    return Response(head + b',"steps":[' + steps_json + b"]}", media_type="application/json")
+
+
+def _step_json(s: rs.StepRow) -> bytes:
+    ref = s.batch_ref
+    row = {
+        "step": s.step,
+        "batch_id": s.batch_id,
+        "batch_ref": ref,
+        "url": urls.batch(ref),
+        "n_episodes": s.n_episodes,
+    }
+    metrics = s.metrics_json.encode() if s.metrics_json else b"{}"
+    return dumps(row)[:-1] + b',"metrics":' + metrics + b"}"
+
+
+@router.get(
+    "/api/runs/{run_id}/metrics",
+    response_model=dict[str, list[list[float]]],
+    responses=ERRORS,
+    summary='A run\'s metrics as series: {"metric": [[step, value], ...]}',
+)
+def get_run_metrics(session: SessionDep, run_id: str = RunId):
+    run = rs.run_by_ref_or_404(session, run_id)
+    return json_response(rs.metrics_series(rs.run_steps(session, run.id)))
+
+
+@router.post(
+    "/api/runs/{run_id}/steps/{step}",
+    status_code=201,
+    response_model=StepUploadOut,
+    dependencies=[Depends(require_write)],
+    responses={**ERRORS, 409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
+    summary="Post one step of a run (takes exactly what POST /api/uploads takes)",
+)
+async def post_step(
+    request: Request,
+    session: SessionDep,
+    run_id: str = RunId,
+    step: int = Path(ge=0, lt=2**31, description="the training step (a non-negative integer)"),
+    format: str | None = FormatQuery,
+    name: str | None = NameQuery,
+):
+    """The step's episodes in any upload format (multipart, JSON or raw bytes with ``?format=``),
+    stored as one batch with the step's metrics. 409 when the run already has this step: nothing
+    is changed (two concurrent posts of one step: the database's unique constraint lets one in)."""
+    run = rs.run_by_ref_or_404(session, run_id)
+    ref, run_id = run_id, run.id
+    if rs.step_batch_id(session, run_id, step) is not None:
+        raise _step_exists(ref, step)  # before reading the body: a client's retry costs nothing
+    run_name, visibility = run.name, run.visibility  # a step inherits its run's visibility
+    body = await read_upload(request, format, name)
+    settings = request.app.state.settings
+    try:
+        out = await ingest_thread(
+            request,
+            ingest,
+            session,
+            body,
+            settings,
+            default_name=f"{run_name} · step {step}",
+            run_id=run_id,
+            step=step,
+            visibility=visibility,
+        )
+    except IntegrityError:
+        # Another post of this step won the race (or the run was deleted meanwhile).
+        if rs.get_run(session, run_id) is None:
+            rs.run_or_404(session, run_id)
+        raise _step_exists(ref, step) from None
+    # The trainer's advantages, when the step has them, are audited now (once) so the timeline can
+    # show each step's number of error findings.
+    await ingest_thread(request, audit_step, session, out["batch_id"], settings)
+    return json_response({**out, "step": step}, status_code=201)
+
+
+@router.delete(
+    "/api/runs/{run_id}",
+    status_code=204,
+    dependencies=[Depends(require_write)],
+    responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}},
+    summary="Delete a run, its steps' batches and their episodes, with the run's delete token",
+)
+def remove_run(
+    session: SessionDep,
+    run_id: str = RunId,
+    token: str | None = Query(None, description="the delete_token returned when the run was created"),
+    x_delete_token: str | None = Header(None),
+):
+    rs.delete_run(session, rs.run_by_ref_or_404(session, run_id).id, x_delete_token or token)
+    return Response(status_code=204)

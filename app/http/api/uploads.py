@@ -1,0 +1,218 @@
+"""POST /api/uploads: a file in any known format (multipart ``file``, a JSON body, or raw bytes),
+validated whole, stored in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal, TypeVar
+
+import anyio
+from fastapi import APIRouter, Depends, Query, Request
+from sqlmodel import Session
+
+from app.core.errors import ApiError
+from app.core.schemas import UploadOut
+from app.http.api._json import json_response
+from app.http.api.deps import require_write
+from app.ingest import formats, iter_upload, load_tokenizer
+from app.storage.db import SessionDep
+from app.storage.store import VISIBILITIES, create_batch_streaming
+
+router = APIRouter(tags=["uploads"])
+
+
+def _too_large(n: int | str, limit: int) -> ApiError:
+    return ApiError(
+        413,
+        "too_large",
+        f"the upload is {n} bytes; the limit is {limit} bytes (setting CREDITLENS_MAX_UPLOAD_BYTES). "
+        "Split the file into several uploads.",
+    )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(declared, limit)
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(f"more than {limit}", limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# Room for the multipart framing (boundaries, part headers, small form fields) around the file.
+_MULTIPART_SLACK = 64 * 1024
+
+
+def _capped(request: Request, limit: int) -> Request:
+    """The same request whose body stream raises 413 once more than ``limit`` (+ slack) bytes arrived."""
+    received = 0
+
+    async def receive():
+        nonlocal received
+        message = await request.receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit + _MULTIPART_SLACK:
+                raise _too_large(f"more than {limit}", limit)
+        return message
+
+    return Request(request.scope, receive)
+
+
+@dataclass
+class UploadBody:
+    """What an upload request sent: the file's bytes and its format, name and file name (each
+    None when not given)."""
+
+    data: bytes
+    format: str | None
+    name: str | None
+    filename: str | None
+    tokenizer: bytes | None = None  # a tokenizer.json whose pieces show the upload's token ids
+    visibility: str | None = None  # public|unlisted; None: the server's CREDITLENS_DEFAULT_VISIBILITY
+
+
+def resolve_visibility(given: str | None, settings) -> str:
+    """``given`` (public|unlisted) or the server's default; 422 naming the field otherwise."""
+    if given is None or given == "":
+        return settings.default_visibility
+    if given not in VISIBILITIES:
+        raise ApiError(
+            422,
+            "invalid_visibility",
+            f"visibility must be one of {', '.join(VISIBILITIES)}; got {given[:40]!r}.",
+            field="visibility",
+        )
+    return given
+
+
+async def read_tokenizer(form) -> bytes | None:
+    """The bytes of the optional ``tokenizer`` multipart part (a tokenizer.json), or None;
+    :func:`ingest` checks its size and turns it into a decoder for the upload's token ids."""
+    part = form.get("tokenizer")
+    if part is None:
+        return None
+    # The part is already bounded by the upload limit (_capped); its own limit is checked by
+    # load_tokenizer, off the event loop.
+    return part.encode() if isinstance(part, str) else await part.read()
+
+
+async def read_upload(
+    request: Request, format: str | None, name: str | None, visibility: str | None = None
+) -> UploadBody:
+    """The body of an upload request, the one reading of POST /api/uploads and of a run's steps:
+    multipart (``file`` [+ ``format``, ``name``, ``tokenizer`` (a tokenizer.json for uploads of
+    token ids) form fields]), a JSON body, or the raw file bytes
+    (``format``/``name`` from the query). 413 beyond CREDITLENS_MAX_UPLOAD_BYTES."""
+    settings = request.app.state.settings
+    limit = settings.max_upload_bytes
+    ctype = request.headers.get("content-type", "")
+    filename = None
+    tokenizer = None
+    if ctype.startswith("multipart/form-data"):
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise _too_large(declared, limit)
+        # Count what arrives too: a chunked body declares no length, and the form parser would
+        # spool all of it to disk before the size check below.
+        form = await _capped(request, limit).form()
+        upload_file = form.get("file")
+        if upload_file is None or isinstance(upload_file, str):
+            raise ApiError(422, "missing_file", "the multipart upload has no `file` part.", field="file")
+        data = await upload_file.read()
+        if len(data) > limit:
+            raise _too_large(len(data), limit)
+        filename = upload_file.filename
+        tokenizer = await read_tokenizer(form)
+        format = format or (form.get("format") if isinstance(form.get("format"), str) else None)
+        name = name or (form.get("name") if isinstance(form.get("name"), str) else None)
+        vis = form.get("visibility")
+        visibility = visibility or (vis if isinstance(vis, str) else None)
+    else:
+        data = await _read_body(request, limit)
+    return UploadBody(data, format, name, filename, tokenizer, visibility)
+
+
+def ingest(
+    session: Session,
+    body: UploadBody,
+    settings,
+    *,
+    default_name: str | None = None,
+    run_id: int | None = None,
+    step: int | None = None,
+    visibility: str | None = None,
+) -> dict:
+    """Parse, validate and store one upload (as a run's step when ``run_id`` is given); the 201
+    body. Blocking: call it in a worker thread. ``visibility``: a run step's (its run's), else the
+    body's or the server's default."""
+    visibility = visibility or resolve_visibility(body.visibility, settings)
+    tok = body.tokenizer
+    decoder = None if tok is None else load_tokenizer(tok, settings.max_tokenizer_bytes)
+    fmt, items = iter_upload(body.data, fmt=body.format, filename=body.filename, tokenizer=decoder)
+    created = create_batch_streaming(
+        session,
+        items,
+        name=body.name or default_name or body.filename or f"upload ({fmt})",
+        source=f"{'upload' if run_id is None else 'run'}:{fmt}",
+        meta={"format": fmt, "filename": body.filename},
+        settings=settings,
+        run_id=run_id,
+        step=step,
+        visibility=visibility,
+    )
+    return created.model_dump()
+
+
+T = TypeVar("T")
+
+
+async def ingest_thread(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread from the uploads' own share (Settings.ingest_threads)."""
+    limiter = getattr(request.app.state, "ingest_limiter", None)
+    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=limiter)
+
+
+# The query parameters of every upload route (POST /api/uploads, POST /api/runs/{id}/steps/{step}).
+FormatQuery = Query(None, description="auto (default) or one of the format names; see GET /api/formats")
+NameQuery = Query(None, description="batch name (default: the file name)")
+VisibilityQuery = Query(
+    None,
+    description="public (listed, by id) or unlisted (never listed or searched; reachable only by the "
+    "slug in the answer's url). Default: the server's CREDITLENS_DEFAULT_VISIBILITY.",
+)
+
+
+@router.post(
+    "/api/uploads",
+    status_code=201,
+    response_model=UploadOut,
+    dependencies=[Depends(require_write)],
+    summary="Upload episodes (any known format; auto-detected)",
+)
+async def upload(
+    request: Request,
+    session: SessionDep,
+    format: str | None = FormatQuery,
+    name: str | None = NameQuery,
+    visibility: Literal["public", "unlisted"] | None = VisibilityQuery,
+):
+    """Multipart (``file`` [+ ``format``, ``name``, ``visibility`` form fields]), a JSON body (native episodes or
+    any JSON format), or the raw file bytes with ``?format=&name=``. All-or-nothing: a 4xx names
+    the line, episode and field and nothing is stored."""
+    body = await read_upload(request, format, name, visibility)
+    resolve_visibility(body.visibility, request.app.state.settings)  # 422 before any parsing
+    out = await ingest_thread(request, ingest, session, body, request.app.state.settings)
+    return json_response(out, status_code=201)
+
+
+@router.get("/api/formats", tags=["uploads"], summary="The upload formats and how they are detected")
+def list_formats() -> list[dict]:
+    return [{"name": n, "description": m.DESCRIPTION} for n, m in formats().items()]

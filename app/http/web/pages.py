@@ -1,0 +1,194 @@
+"""HTML pages and their JSON twins.
+
+Every page answers ``?format=json`` (or ``Accept: application/json``) with its data: the view
+state parsed from the query string, the JSON API URL the page's script reads, and that API's
+answer (fetched in-process, so the twin and the page can never disagree about the numbers).
+The HTML itself carries only the initial state; the browser fetches the numbers.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from sqlmodel import select
+
+from app.core import schemes, urls
+from app.core import views as st
+from app.core.errors import error_body
+from app.core.signals import catalog as signal_catalog
+from app.http.templating import templates
+from app.http.web.internal import api_get
+from app.http.web.preview import batch_og, episode_og, run_og
+from app.http.web.talk import STEPS, step_or_none
+from app.storage.db import SessionDep
+from app.storage.models import Batch, Episode, Run
+from app.storage.runs import run_by_ref, run_ref
+from app.storage.store import batch_by_ref, batch_ref
+
+router = APIRouter(include_in_schema=False)
+
+
+def wants_json(request: Request) -> bool:
+    """True for ``?format=json`` or an Accept header that asks for JSON and not HTML."""
+    if request.query_params.get("format") == "json":
+        return True
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+async def json_twin(request: Request, page: dict, api_url: str | None) -> JSONResponse:
+    """The page's data: ``page`` (view state) + ``api`` URL + ``data`` (the API's answer)."""
+    out = {**page, "api": api_url}
+    status = 200
+    if api_url is not None:
+        status, body = await api_get(request, api_url)
+        if status >= 400:
+            # The API's error shape passes through unchanged.
+            return JSONResponse(body, status_code=status)
+        out["data"] = body
+    return JSONResponse(out, status_code=status)
+
+
+def render(request: Request, name: str, ctx: dict, status_code: int = 200) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, ctx, status_code=status_code)
+
+
+def not_found_page(request: Request, what: str) -> HTMLResponse:
+    return render(request, "not_found.html", {"what": what}, status_code=404)
+
+
+def run_of_batch(session, batch_id: int) -> dict | None:
+    """{"id", "name", "step"} of the run whose step a batch is, or None (one small query); "id" is
+    what the run's URLs carry (its slug when unlisted)."""
+    stmt = select(Run, Batch.step).join(Run, Run.id == Batch.run_id).where(Batch.id == batch_id)
+    row = session.exec(stmt).first()
+    return None if row is None else {"id": run_ref(row[0]), "name": row[0].name, "step": row[1]}
+
+
+@router.get("/", response_class=HTMLResponse)
+async def home(request: Request) -> Response:
+    """Home: batches (search ``q``, filter ``source``) and the upload form."""
+    q = request.query_params.get("q", "")
+    source = request.query_params.get("source", "")
+    api = urls.api_batches(q, source)
+    page = {"page": "home", "view": {"q": q, "source": source}}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    return render(request, "home.html", {"initial": {**page, "api": api}, "q": q, "source": source})
+
+
+@router.get("/e/{slug}", response_class=HTMLResponse)
+async def episode_page(request: Request, slug: str, session: SessionDep) -> Response:
+    """One episode: stacked token strips, controls, per-call table. State = query string."""
+    view = st.EpisodeView.from_query(dict(request.query_params), set(schemes.names()))
+    api = urls.api_advantages(slug, view)
+    page = {"page": "episode", "slug": slug, "view": view.to_dict(), "query": view.query()}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    # Only the small columns: the page needs to know the episode exists and its task.
+    head = session.exec(
+        select(Episode.task, Episode.n_tokens, Episode.batch_id).where(Episode.slug == slug)
+    ).first()
+    if head is None:
+        return not_found_page(request, f"Episode {slug}")
+    initial = {
+        **page,
+        "api": api,
+        "episode_api": urls.api_episode(slug),
+        "schemes": schemes.client_config(),
+        "signals": signal_catalog(),
+    }
+    nums = {"gamma": st.fmt_num(view.gamma), "lam": st.fmt_num(view.lam)}
+    ctx = {"initial": initial, "slug": slug, "view": view, "nums": nums, "task": head[0]}
+    b = session.get(Batch, head[2])
+    ref = batch_ref(b) if b is not None else head[2]  # an unlisted batch is linked by its slug
+    initial["batch_ref"] = ref
+    ctx.update(batch_id=ref, run=run_of_batch(session, head[2]))
+    ctx["og"] = episode_og(request, session, slug)
+    return render(request, "episode.html", ctx)
+
+
+def _ref_param(ref: str) -> int | str:
+    """A batch/run path segment as the URL builders take it: an id as an int, a slug as is."""
+    return int(ref) if ref.isascii() and ref.isdigit() and len(ref) < 20 else ref
+
+
+@router.get("/b/{batch_id}", response_class=HTMLResponse)
+async def batch_page(request: Request, batch_id: str, session: SessionDep) -> Response:
+    """One batch (by id when public, by slug when unlisted): diagnostics (Plotly) and its episodes."""
+    ref = _ref_param(batch_id)
+    api = urls.api_batch(ref)
+    page = {"page": "batch", "batch_id": ref, "view": {"q": request.query_params.get("q", "")}}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    b = batch_by_ref(session, ref)
+    if b is None:
+        return not_found_page(request, f"Batch {batch_id}")
+    og = batch_og(request, session, b.id, ref)
+    ctx = {"initial": {**page, "api": api}, "batch_id": ref, "og": og}
+    return render(request, "batch.html", {**ctx, "run": run_of_batch(session, b.id)})
+
+
+@router.get("/r/{run_id}", response_class=HTMLResponse)
+async def run_page(request: Request, run_id: str, session: SessionDep) -> Response:
+    """One training run: its config and the timeline of every stored step metric (Plotly); a
+    click on a point opens that step's batch. Reads the run's one API answer, never episodes."""
+    run_id = _ref_param(run_id)
+    api = urls.api_run(run_id)
+    page = {"page": "run", "run_id": run_id, "view": {}}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    run = run_by_ref(session, run_id)
+    if run is None:
+        return not_found_page(request, f"Run {run_id}")
+    ctx = {"initial": {**page, "api": api}, "run_id": run_id, "name": run.name}
+    return render(request, "run.html", {**ctx, "og": run_og(request, session, run_id)})
+
+
+@router.get("/b/{batch_id}/g/{group}", response_class=HTMLResponse)
+async def group_page(request: Request, batch_id: str, group: str, session: SessionDep) -> Response:
+    """One group: the G attempts side by side under every group baseline."""
+    batch_id = _ref_param(batch_id)
+    api = urls.api_group(batch_id, group)
+    page = {"page": "group", "batch_id": batch_id, "group": group, "view": {}}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    if batch_by_ref(session, batch_id) is None:  # an unlisted batch's group by id: 404 too
+        return not_found_page(request, f"Batch {batch_id}")
+    initial = {**page, "api": api, "batch_api": urls.api_batch(batch_id), "schemes": schemes.client_config()}
+    ctx = {"initial": initial, "batch_id": batch_id}
+    return render(request, "group.html", {**ctx, "group": group})
+
+
+@router.get("/talk", response_class=HTMLResponse)
+async def talk_start(request: Request) -> Response:
+    """Talk mode starts at step 1 (a redirect keeps one URL per step)."""
+    suffix = "?format=json" if wants_json(request) else ""
+    return RedirectResponse(urls.talk(1) + suffix, status_code=307)
+
+
+@router.get("/talk/{step}", response_class=HTMLResponse)
+async def talk_step(request: Request, step: int) -> Response:
+    """Talk step ``step`` (1-based): full screen, large type; keys step through."""
+    s = step_or_none(step)
+    n = len(STEPS)
+    if s is None:
+        if wants_json(request):
+            body = error_body(404, "not_found", f"talk mode has steps 1 to {n}", field="step")
+            return JSONResponse(body, status_code=404)
+        return RedirectResponse(urls.talk(min(max(step, 1), n)), status_code=307)
+    page = {
+        "page": "talk",
+        "step": step,
+        "n_steps": n,
+        "title": s.title,
+        "paragraphs": s.paragraphs,
+        "view": s.view,
+        "links": [{"href": h, "text": t} for h, t in s.links],
+        "prev": urls.talk(step - 1) if step > 1 else None,
+        "next": urls.talk(step + 1) if step < n else None,
+    }
+    if wants_json(request):
+        return JSONResponse(page)
+    initial = {**page, "schemes": schemes.client_config()}
+    return render(request, "talk.html", {"initial": initial, "s": s, "step": step, "n": n, "page": page})

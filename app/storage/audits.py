@@ -1,0 +1,233 @@
+"""The audit's cache: a stored batch's audit answer computed once (tables ``batch_audit`` and
+``episode_audit``, app/storage/audit_models.py) by the pure :func:`app.compute.audit.run_audit`, its
+error count per run step, and an episode's best-match row for the episode page.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import case, func
+from sqlmodel import Session, col, select
+
+from app.compute.audit import decorate, marks_of, no_advantages, run_audit, too_big
+from app.core import domain
+from app.core.arrays import F64, I32, EpisodeArrays, decode, json_dumps, json_loads, turn_ids_of
+from app.core.errors import ApiError
+from app.core.settings import Settings
+from app.storage.audit_models import BatchAudit, EpisodeAudit
+from app.storage.models import Batch, Episode
+
+
+@dataclass
+class _Shape:
+    n: int
+    t_max: int
+    missing: int
+    first_missing: int | None
+
+
+def _shape(session: Session, batch_id: int) -> _Shape:
+    """Episodes, longest episode and episodes without advantages, from the columns (no decoding)."""
+    n, t_max, missing = session.execute(
+        select(
+            func.count(),
+            func.max(Episode.n_tokens),
+            func.sum(case((col(Episode.advantages).is_(None), 1), else_=0)),
+        ).where(Episode.batch_id == batch_id)
+    ).one()
+    first = None
+    if missing:  # 1-based index of the first episode without advantages, in upload order
+        lacking = select(func.min(Episode.position)).where(
+            Episode.batch_id == batch_id, col(Episode.advantages).is_(None)
+        )
+        first = session.execute(
+            select(func.count()).where(
+                Episode.batch_id == batch_id, col(Episode.position) <= lacking.scalar_subquery()
+            )
+        ).scalar_one()
+    return _Shape(int(n or 0), int(t_max or 0), int(missing or 0), first)
+
+
+_COLUMNS = ("id", "slug", "kinds", "rewards", "values", "advantages", "turn_ids", "reward", "group")
+_COLUMNS += ("truncated", "bootstrap_value")
+
+
+def _load(session: Session, batch_id: int) -> tuple[list[int], list[str], list[EpisodeArrays], bool]:
+    """(ids, slugs, arrays, every episode uploaded turn ids) of a batch in upload order, reading only
+    the columns the audit needs (not the tokens, logprobs or meta)."""
+    stmt = (
+        select(*(getattr(Episode, c) for c in _COLUMNS))
+        .where(Episode.batch_id == batch_id)
+        .order_by(col(Episode.position))
+    )
+    ids, slugs, arrays, all_tids = [], [], [], True
+    for r in session.execute(stmt):
+        row = dict(zip(_COLUMNS, r, strict=True))
+        kinds = np.frombuffer(row["kinds"], dtype=np.uint8)
+        tids = decode(row["turn_ids"], I32)
+        all_tids &= tids is not None
+        ids.append(row["id"])
+        slugs.append(row["slug"])
+        arrays.append(
+            EpisodeArrays(
+                tokens=[],
+                kinds=kinds,
+                rewards=domain.effective_rewards(kinds, decode(row["rewards"], F64), row["reward"]),
+                values=decode(row["values"], F64),
+                logprobs=None,
+                turn_ids=turn_ids_of(kinds == domain.POLICY, tids),
+                advantages=decode(row["advantages"], F64),
+                reward=row["reward"],
+                group=row["group"],
+                truncated=row["truncated"],
+                bootstrap_value=row["bootstrap_value"],
+            )
+        )
+    return ids, slugs, arrays, all_tids
+
+
+def _cached(session: Session, batch: Batch) -> BatchAudit | None:
+    row = session.get(BatchAudit, batch.id)
+    if row is not None and row.n_episodes != batch.n_episodes:
+        return None  # an episode was deleted since: the indices moved
+    return row
+
+
+def batch_audit(session: Session, batch: Batch, settings: Settings) -> dict[str, Any]:
+    """The batch's audit answer: from the cache, else computed, stored and returned.
+
+    409 when episodes lack advantages; 413 beyond ``settings.audit_max_cells``."""
+    row = _cached(session, batch)
+    if row is not None:
+        return json_loads(row.result_json)
+    where = f"batch {batch.id}"
+    shape = _shape(session, batch.id)
+    if shape.n == 0 or shape.missing:
+        raise no_advantages(shape.missing or 0, shape.n, shape.first_missing, where)
+    if shape.n * shape.t_max > settings.audit_max_cells:
+        raise too_big(shape.n, shape.t_max, settings, where)
+    ids, slugs, arrays, all_turn_ids = _load(session, batch.id)
+    t0 = time.perf_counter()
+    body, refs = run_audit(arrays, turn_ids=all_turn_ids)
+    seconds = time.perf_counter() - t0
+    body = decorate(body, slugs, [a.kinds for a in arrays])
+    del arrays
+    _store(session, batch, body, ids, refs, seconds)
+    return body
+
+
+def _store(
+    session: Session, batch: Batch, body: dict, ids: list[int], refs: list[np.ndarray], seconds: float
+):
+    """Replace the batch's cached audit (a concurrent request may have stored the same one first)."""
+    from sqlalchemy import delete, insert
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        session.execute(delete(EpisodeAudit).where(col(EpisodeAudit.batch_id) == batch.id))
+        session.execute(delete(BatchAudit).where(col(BatchAudit.batch_id) == batch.id))
+        session.execute(
+            insert(BatchAudit),
+            [
+                {
+                    "batch_id": batch.id,
+                    "n_episodes": batch.n_episodes,
+                    "n_errors": body["n_errors"],
+                    "searched": body["searched"],
+                    "result_json": json_dumps(body),
+                    "seconds": seconds,
+                }
+            ],
+        )
+        session.execute(
+            insert(EpisodeAudit),
+            [
+                {"episode_id": i, "batch_id": batch.id, "reference": r.astype(F64).tobytes()}
+                for i, r in zip(ids, refs, strict=True)
+            ],
+        )
+        session.commit()
+    except IntegrityError:
+        session.rollback()  # stored by another request meanwhile: theirs is the same audit
+
+
+def audit_step(session: Session, batch_id: int, settings: Settings) -> int | None:
+    """Audit a run step's batch when its episodes carry the trainer's advantages, and store the
+    number of error findings in the step's metrics as ``audit_errors`` (so the run timeline reads
+    it with the other metrics, in one query). None when the step cannot be audited (no
+    advantages, or beyond the audit's budget): the step is stored all the same."""
+    batch = session.get(Batch, batch_id)
+    if batch is None:
+        return None
+    try:
+        n_errors = int(batch_audit(session, batch, settings)["n_errors"])
+    except ApiError as exc:
+        if exc.status in (409, 413):
+            return None
+        raise
+    batch = session.get(Batch, batch_id)
+    if batch is None:  # deleted meanwhile
+        return None
+    metrics = json_loads(batch.metrics_json) if batch.metrics_json else {}
+    batch.metrics_json = json_dumps({**metrics, "audit_errors": n_errors})
+    session.add(batch)
+    session.commit()
+    return n_errors
+
+
+def error_count(session: Session, batch_id: int) -> int | None:
+    """The batch's number of error findings from its cached audit (one query), or None when the
+    batch has not been audited (or changed since)."""
+    row = session.execute(
+        select(BatchAudit.n_errors, BatchAudit.n_episodes, Batch.n_episodes)
+        .join(Batch, col(Batch.id) == col(BatchAudit.batch_id))
+        .where(col(BatchAudit.batch_id) == batch_id)
+    ).first()
+    if row is None or row[1] != row[2]:
+        return None
+    return int(row[0])
+
+
+def error_counts(session: Session, batch_ids: Sequence[int]) -> dict[int, int]:
+    """batch id -> its number of error findings, for the batches whose audit is cached and current
+    (one query for a run's steps; batches not audited yet are absent)."""
+    if not batch_ids:
+        return {}
+    rows = session.execute(
+        select(BatchAudit.batch_id, BatchAudit.n_errors)
+        .join(Batch, col(Batch.id) == col(BatchAudit.batch_id))
+        .where(
+            col(BatchAudit.batch_id).in_(list(batch_ids)), col(BatchAudit.n_episodes) == col(Batch.n_episodes)
+        )
+    ).all()
+    return {int(b): int(n) for b, n in rows}
+
+
+@dataclass
+class EpisodeAuditView:
+    """What the episode page shows of the audit: the reference [T], and per finding its code,
+    severity and the positions it names in this episode."""
+
+    reference: np.ndarray
+    best_match: dict[str, Any]
+    marks: list[dict[str, Any]]
+
+
+def episode_audit(session: Session, ep: Episode, settings: Settings) -> EpisodeAuditView:
+    """The audit of ``ep``'s batch (computed and cached if needed), seen from ``ep``."""
+    batch = session.get(Batch, ep.batch_id)
+    body = batch_audit(session, batch, settings)
+    row = session.get(EpisodeAudit, ep.id)
+    index = session.execute(
+        select(func.count()).where(Episode.batch_id == ep.batch_id, col(Episode.position) < ep.position)
+    ).scalar_one()
+    return EpisodeAuditView(
+        reference=np.frombuffer(row.reference, dtype=F64).copy(),
+        best_match=body["best_match"],
+        marks=marks_of(body, int(index)),
+    )

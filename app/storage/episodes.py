@@ -1,0 +1,66 @@
+"""Reading a stored batch's episodes: full rows, rows by slug, and the array-free summaries and scores
+the batch API, the diagnostics and the outcome baselines read (selecting only those columns)."""
+
+from __future__ import annotations
+
+from sqlmodel import Session, col, select
+
+from app.core.errors import not_found
+from app.core.schemas import EpisodeScore, EpisodeSummary
+from app.storage.models import Episode
+
+
+def batch_episodes(session: Session, batch_id: int) -> list[Episode]:
+    """All episodes of a batch in upload order (full rows, arrays included)."""
+    stmt = select(Episode).where(Episode.batch_id == batch_id).order_by(col(Episode.position))
+    return list(session.exec(stmt).all())
+
+
+def episodes_by_slug(session: Session, batch_id: int, slugs: list[str]) -> list[Episode]:
+    """The batch's episodes with these slugs (full rows), in the order of ``slugs``; 404 when one
+    is gone (deleted meanwhile)."""
+    found = {
+        e.slug: e
+        for e in session.exec(
+            select(Episode).where(Episode.batch_id == batch_id, col(Episode.slug).in_(slugs))
+        ).all()
+    }
+    missing = [s for s in slugs if s not in found]
+    if missing:
+        raise not_found(f"Episode {missing[0]!r}")
+    return [found[s] for s in slugs]
+
+
+def _rows(session: Session, batch_id: int, row: type, limit: int | None = None, offset: int = 0) -> list:
+    """``row`` (a NamedTuple named after Episode columns) for the episodes of a batch, in upload
+    order (all, or ``limit`` from ``offset``), selecting only those columns."""
+    stmt = (
+        select(*(getattr(Episode, name) for name in row._fields))
+        .where(Episode.batch_id == batch_id)
+        .order_by(col(Episode.position))
+    )
+    if limit is not None:
+        stmt = stmt.offset(offset).limit(limit)
+    return [row(*r) for r in session.execute(stmt).all()]
+
+
+def batch_summaries(
+    session: Session, batch_id: int, limit: int | None = None, offset: int = 0
+) -> list[EpisodeSummary]:
+    """The episodes of a batch without their arrays: all, or one page (``limit`` from ``offset``)."""
+    return _rows(session, batch_id, EpisodeSummary, limit, offset)
+
+
+def group_summaries(session: Session, batch_id: int, group: str) -> list[EpisodeSummary]:
+    """The episodes of one group of a batch without their arrays, in upload order."""
+    stmt = (
+        select(*(getattr(Episode, name) for name in EpisodeSummary._fields))
+        .where(Episode.batch_id == batch_id, Episode.group == group)
+        .order_by(col(Episode.position))
+    )
+    return [EpisodeSummary(*r) for r in session.execute(stmt).all()]
+
+
+def batch_scores(session: Session, batch_id: int) -> list[EpisodeScore]:
+    """What the outcome baselines need of every episode of a batch."""
+    return _rows(session, batch_id, EpisodeScore)

@@ -1,0 +1,408 @@
+"""The episode store's queries: store a batch all-or-nothing, read it back, delete it.
+
+Validation lives in app/core/validate.py, the byte codecs in app/storage/codecs.py, the domain rules (score,
+pass, groups) in app/core/domain.py. Public API (pinned by the contracts): :func:`create_batch`,
+:func:`get_episode`, :func:`episode_or_404`, :func:`get_batch`, :func:`list_batches`,
+:func:`episode_to_native`, :func:`load_demo`, :func:`delete_episode`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
+from sqlalchemy import delete as sa_delete
+from sqlalchemy import func, insert, or_
+from sqlalchemy.orm.exc import ObjectDeletedError, StaleDataError
+from sqlmodel import Session, col, select
+
+from app.compute.step_metrics import StepMetrics
+from app.core import urls
+from app.core.arrays import json_dumps
+from app.core.errors import ApiError, not_found
+from app.core.resources import demo_dir
+from app.core.schemas import EpisodeIn
+from app.core.settings import Settings
+from app.core.validate import prepare_episode, text_column
+from app.storage.db import writing
+from app.storage.models import Batch, BatchStats, Episode
+
+T = TypeVar("T")
+
+
+class CreatedEpisode(BaseModel):
+    id: int
+    slug: str
+    url: str
+
+
+class CreatedBatch(BaseModel):
+    batch_id: int
+    episodes: list[CreatedEpisode]
+    delete_token: str
+    # Where the batch is read: its page and API URLs (by slug when unlisted, by id when public).
+    visibility: str = "public"
+    url: str = ""
+    api_url: str = ""
+
+
+PUBLIC = "public"
+UNLISTED = "unlisted"
+VISIBILITIES = (PUBLIC, UNLISTED)
+
+
+def batch_ref(b: Batch) -> int | str:
+    """What a batch's URLs carry: its slug when unlisted (its id answers 404), else its id."""
+    return b.slug if b.visibility == UNLISTED and b.slug else b.id
+
+
+def row_by_ref(session: Session, model: type[T], ref: int | str) -> T | None:
+    """The batch or run (``model``) a URL names: a public one by its integer id, any one by its
+    slug. An unlisted one's id names nothing (None), so sequential ids never reveal it."""
+    ref = str(ref)
+    if ref.isascii() and ref.isdigit():
+        row = row_by_id(session, model, int(ref)) if len(ref) < 20 else None
+        return row if row is not None and row.visibility == PUBLIC else None  # type: ignore[attr-defined]
+    if not ref or len(ref) > 64:
+        return None
+    return session.exec(select(model).where(model.slug == ref)).first()  # type: ignore[attr-defined]
+
+
+def row_by_id(session: Session, model: type[T], row_id: int) -> T | None:
+    """The row of ``model`` with this id, or None. Ids are positive 64-bit integers; anything else
+    (e.g. /b/9223372036854775808) cannot exist, and SQLite would raise OverflowError (a 500) on
+    binding it."""
+    if not 0 < row_id < 2**63:
+        return None
+    return session.get(model, row_id)
+
+
+def batch_by_ref(session: Session, ref: int | str) -> Batch | None:
+    """:func:`row_by_ref` for batches."""
+    return row_by_ref(session, Batch, ref)
+
+
+def batch_by_ref_or_404(session: Session, ref: int | str) -> Batch:
+    """:func:`batch_by_ref`, or ApiError 404 (the same answer for "unlisted" and "no such batch")."""
+    b = batch_by_ref(session, ref)
+    if b is None:
+        raise not_found(f"Batch {ref}")
+    return b
+
+
+def new_slug() -> str:
+    """An unguessable share slug: 144 random bits, URL-safe (24 characters)."""
+    return secrets.token_urlsafe(18)
+
+
+def hash_token(token: str) -> str:
+    """sha256 hex of a delete token (only the hash is stored)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _too_many(n: int, settings: Settings) -> ApiError:
+    return ApiError(
+        413,
+        "too_many_episodes",
+        f"the upload has {n} episodes; the limit is {settings.max_episodes_per_upload} "
+        "per upload (setting CREDITLENS_MAX_EPISODES_PER_UPLOAD). Split the file.",
+    )
+
+
+def create_batch(
+    session: Session,
+    episodes: list[EpisodeIn],
+    *,
+    name: str,
+    source: str,
+    meta: dict | None = None,
+    lines: list[int | None] | None = None,
+    settings: Settings | None = None,
+    visibility: str = PUBLIC,
+) -> CreatedBatch:
+    """Validate every episode, then store the batch and its episodes in one transaction.
+
+    ``lines``: the file line of each episode, for error messages. Returns the new ids, slugs and
+    URLs, and the batch's delete token (shown once; only its hash is stored)."""
+    if settings is not None and len(episodes) > settings.max_episodes_per_upload:
+        raise _too_many(len(episodes), settings)
+    items = zip(lines if lines else [None] * len(episodes), episodes, strict=True)
+    return create_batch_streaming(
+        session, items, name=name, source=source, meta=meta, settings=settings, visibility=visibility
+    )
+
+
+def create_batch_streaming(
+    session: Session,
+    items: Iterable[tuple[int | None, EpisodeIn]],
+    *,
+    name: str,
+    source: str,
+    meta: dict | None = None,
+    settings: Settings | None = None,
+    run_id: int | None = None,
+    step: int | None = None,
+    visibility: str = PUBLIC,
+) -> CreatedBatch:
+    """:func:`create_batch` over ``(line, episode)`` pairs produced lazily (uploads): each episode is
+    validated and encoded as it is parsed, so only compact rows are held, never every episode's
+    Python lists at once. Nothing is written until all of them passed.
+
+    ``run_id``/``step``: the batch is that step of that run; its metrics (app/compute/step_metrics.py) are
+    computed here, as the episodes stream, and stored with it. A step the run already has raises
+    sqlalchemy's IntegrityError (the unique constraint decides, also between concurrent posts)."""
+    rows = []
+    limit = settings.max_episodes_per_upload if settings is not None else None
+    metrics = StepMetrics() if run_id is not None else None
+    for i, (line, ep) in enumerate(items):
+        if limit is not None and i >= limit:
+            raise _too_many(i + 1 + sum(1 for _ in items), settings)
+        rows.append(prepare_episode(ep, episode=i + 1, line=line, settings=settings))
+        if metrics is not None:
+            metrics.add(rows[-1], ep)
+    if not rows:
+        raise ApiError(422, "empty_upload", "the upload holds no episodes.")
+    extra = (
+        {}
+        if metrics is None
+        else {"run_id": run_id, "step": step, "metrics_json": json_dumps(metrics.result())}
+    )
+    return _store_rows(session, rows, name=name, source=source, meta=meta, visibility=visibility, **extra)
+
+
+def _store_rows(
+    session: Session, rows: list[dict], *, name: str, source: str, meta: dict | None, **columns
+) -> CreatedBatch:
+    """Write a batch and its prepared episode rows in one transaction. ``columns``: more batch
+    columns (a run step's ``run_id``, ``step``, ``metrics_json``)."""
+    from app.storage.batch_stats import diagnostics_of_rows
+
+    delete_token = secrets.token_urlsafe(24)
+    slugs = [new_slug() for _ in rows]
+    for i, (row, slug) in enumerate(zip(rows, slugs, strict=True)):
+        row["slug"] = slug
+        row["position"] = i
+    # Everything is computed before the write turn, which then holds only the inserts.
+    diagnostics = diagnostics_of_rows(rows)
+    batch = Batch(
+        name=text_column(name) or "",
+        source=source,
+        n_episodes=len(rows),
+        meta_json=json_dumps(meta or {}),
+        delete_token_hash=hash_token(delete_token),
+        slug=new_slug(),
+        **columns,
+    )
+    with writing(session):
+        try:
+            session.add(batch)
+            session.flush()
+            for row in rows:
+                row["batch_id"] = batch.id
+            # One executemany: far faster than ORM objects for thousands of rows.
+            session.execute(insert(Episode), rows)
+            # The batch's diagnostics, stored once with it: the batch API only reads them.
+            if diagnostics is not None:
+                session.add(
+                    BatchStats(
+                        batch_id=batch.id, n_episodes=len(rows), diagnostics_json=json_dumps(diagnostics)
+                    )
+                )
+            ids = dict(
+                session.execute(select(Episode.slug, Episode.id).where(Episode.batch_id == batch.id)).all()
+            )
+            session.commit()
+        except Exception:
+            session.rollback()
+            raise
+    ref = batch_ref(batch)
+    return CreatedBatch(
+        batch_id=batch.id,
+        episodes=[CreatedEpisode(id=ids[s], slug=s, url=urls.episode(s)) for s in slugs],
+        delete_token=delete_token,
+        visibility=batch.visibility,
+        url=urls.batch(ref),
+        api_url=urls.api_batch(ref),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading.
+
+
+def get_episode(session: Session, slug: str) -> Episode | None:
+    """The episode with share slug ``slug``, or None."""
+    return session.exec(select(Episode).where(Episode.slug == slug)).first()
+
+
+def episode_or_404(session: Session, slug: str) -> Episode:
+    """The episode with share slug ``slug``; ApiError 404 otherwise."""
+    ep = get_episode(session, slug)
+    if ep is None:
+        raise not_found(f"Episode {slug!r}")
+    return ep
+
+
+def get_batch(session: Session, batch_id: int) -> Batch | None:
+    return row_by_id(session, Batch, batch_id)
+
+
+def batch_or_404(session: Session, batch_id: int) -> Batch:
+    b = get_batch(session, batch_id)
+    if b is None:
+        raise not_found(f"Batch {batch_id}")
+    return b
+
+
+LIKE_ESCAPE = "\\"
+
+
+def like_escape(text: str) -> str:
+    """``text`` as a literal LIKE pattern under ``ESCAPE '\\'`` (escape first, then % and _)."""
+    return (
+        text.replace(LIKE_ESCAPE, LIKE_ESCAPE * 2)
+        .replace("%", LIKE_ESCAPE + "%")
+        .replace("_", LIKE_ESCAPE + "_")
+    )
+
+
+def list_batches(
+    session: Session, *, q: str | None = None, source: str | None = None, limit: int = 100, offset: int = 0
+) -> list[Batch]:
+    """Batches, newest first; ``q`` searches batch names and sources and the tasks and groups of
+    their episodes (case-insensitive); ``source`` filters by prefix."""
+    stmt = select(Batch)
+    stmt = stmt.where(Batch.visibility == PUBLIC)  # unlisted batches are never listed nor searched
+    if q:
+        # `q` is literal text: %, _ and the escape character itself match only themselves.
+        like = "%" + like_escape(q.lower()) + "%"
+        in_episodes = select(Episode.batch_id).where(
+            or_(
+                func.lower(Episode.task).like(like, escape=LIKE_ESCAPE),
+                func.lower(Episode.group).like(like, escape=LIKE_ESCAPE),
+            )
+        )
+        stmt = stmt.where(
+            or_(
+                func.lower(Batch.name).like(like, escape=LIKE_ESCAPE),
+                func.lower(Batch.source).like(like, escape=LIKE_ESCAPE),
+                col(Batch.id).in_(in_episodes),
+            )
+        )
+    if source:
+        stmt = stmt.where(col(Batch.source).startswith(source))
+    stmt = stmt.order_by(col(Batch.created_at).desc(), col(Batch.id).desc()).offset(offset).limit(limit)
+    return list(session.exec(stmt).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# Deleting.
+
+
+def require_delete_token(stored_hash: str | None, token: str | None, returned_by: str) -> None:
+    """ApiError 403 unless ``token`` hashes to ``stored_hash`` (compared in constant time);
+    ``returned_by`` says where the user got the token ("the upload", "the run's creation")."""
+    if not token or stored_hash is None or not secrets.compare_digest(hash_token(token), stored_hash):
+        raise ApiError(
+            403,
+            "bad_delete_token",
+            f"the delete token is missing or wrong; send the `delete_token` returned by {returned_by} "
+            "as the `X-Delete-Token` header or the `token` query parameter.",
+        )
+
+
+def check_delete_token(session: Session, batch_id: int, token: str | None) -> None:
+    """ApiError 403 unless ``token`` is the delete token returned when the batch was created."""
+    require_delete_token(batch_or_404(session, batch_id).delete_token_hash, token, "the upload")
+
+
+def delete_episode(session: Session, slug: str, token: str | None) -> None:
+    """Delete one episode (token = its batch's delete token); the batch goes when it is empty."""
+    ep = episode_or_404(session, slug)
+    check_delete_token(session, ep.batch_id, token)
+    batch = session.get(Batch, ep.batch_id)
+    if batch is None:  # the batch was deleted meanwhile
+        raise not_found(f"Episode {slug!r}")
+    with writing(session):
+        _delete_episode(session, ep, batch, slug)
+
+
+def _delete_episode(session: Session, ep: Episode, batch: Batch, slug: str) -> None:
+    try:
+        from app.storage.batch_stats import store_batch_diagnostics
+
+        session.delete(ep)
+        batch.n_episodes = max(0, batch.n_episodes - 1)
+        session.flush()
+        store_batch_diagnostics(session, batch.id)  # the new state's (none for an emptied batch)
+        session.flush()
+        if batch.n_episodes == 0:
+            session.delete(batch)
+        session.commit()
+    except (StaleDataError, ObjectDeletedError):  # deleted by a concurrent request: gone either way
+        session.rollback()
+        raise not_found(f"Episode {slug!r}") from None
+
+
+def delete_batch(session: Session, batch_id: int, token: str | None) -> None:
+    """Delete a batch and all its episodes (token = the batch's delete token)."""
+    check_delete_token(session, batch_id, token)
+    with writing(session):
+        try:
+            # Bulk deletes: a batch's episodes are never loaded (their arrays can be gigabytes).
+            session.execute(sa_delete(Episode).where(col(Episode.batch_id) == batch_id))
+            session.execute(sa_delete(BatchStats).where(col(BatchStats.batch_id) == batch_id))
+            gone = session.execute(sa_delete(Batch).where(col(Batch.id) == batch_id)).rowcount
+            session.commit()
+        except (StaleDataError, ObjectDeletedError):  # deleted by a concurrent request
+            session.rollback()
+            raise not_found(f"Batch {batch_id}") from None
+    if not gone:  # deleted by a concurrent request meanwhile
+        raise not_found(f"Batch {batch_id}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo data.
+
+
+def _demo_meta(path: Path) -> dict:
+    """``<stem>.meta.json`` beside a demo file: the batch's metadata (sampler settings, diagnostics)."""
+    meta_path = path.with_name(path.stem + ".meta.json")
+    if not meta_path.is_file():
+        return {}
+    meta = json.loads(meta_path.read_text())
+    return meta if isinstance(meta, dict) else {}
+
+
+def load_demo(session: Session, folder: Path | None = None) -> list[CreatedBatch]:
+    """If the database has no batches, store every ``folder/*.jsonl`` (native JSONL, one episode
+    per line) as one batch named by the file stem, source "demo", with ``<stem>.meta.json`` merged
+    into the batch's meta when present. Missing folder: nothing."""
+    if session.exec(select(Batch.id).limit(1)).first() is not None:
+        return []
+    folder = demo_dir() if folder is None else Path(folder)
+    if not folder.is_dir():
+        return []
+    from app.ingest import parse_upload
+
+    created = []
+    for path in sorted(folder.glob("*.jsonl")):
+        parsed = parse_upload(path.read_bytes(), fmt="native", filename=path.name, source="demo")
+        if not parsed.episodes:
+            continue
+        created.append(
+            create_batch(
+                session,
+                parsed.episodes,
+                name=path.stem,
+                source="demo",
+                meta={"file": path.name, **_demo_meta(path)},
+                lines=parsed.lines,
+            )
+        )
+    return created
