@@ -1,0 +1,278 @@
+"""NeMo Gym rollouts (``ng_collect_rollouts`` JSONL): one rollout per line, OpenAI Responses API
+shaped.
+
+* the prompt is ``responses_create_params.input`` (a string or a list of message items; an
+  ``instructions`` string is a system message before it);
+* ``response.output[]`` items: ``message`` (role assistant), ``reasoning`` and ``function_call``
+  are policy, ``function_call_output`` is tool; a ``message`` of another role (a simulated user)
+  is prompt. A run of policy items between two non-policy items is one turn (one model call);
+* tokens: when every turn ends with an item carrying non-empty ``generation_token_ids`` (NeMo
+  Gym's vLLM model server adds ``prompt_token_ids``, ``generation_token_ids`` and
+  ``generation_log_probs``), the episode is those ids, as NeMo-RL assembles them: the first
+  turn's ``prompt_token_ids`` are prompt, each later turn's new prompt ids (what the environment
+  appended) are tool when a ``function_call_output`` came between, else prompt, and the
+  generation ids are policy with ``generation_log_probs`` as ``logprobs``. Otherwise (no ids,
+  empty id lists, or ids on some turns only) the items' text is shown, split by the offline
+  tokenizer;
+* ``reward`` (else ``response.reward``) is the outcome; ``truncated`` (or an
+  ``incomplete_details`` reason) marks a truncated episode, ``terminated`` goes to meta;
+* rollouts of one task share ``_ng_task_index``: that is the group (else a hash of the prompt).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..schemas import EpisodeIn
+from ..tokenize import tokenize
+from ._common import Parsed, Record, as_float, float_list, id_token, read_records, scalar_meta, short_hash
+from ._spans import SpanBuilder, arguments_text, content_text
+from ._tokenizer import TokenDecoder
+
+NAME = "nemo_gym"
+DESCRIPTION = (
+    "NeMo Gym rollouts JSONL (responses_create_params, response.output items, reward, _ng_task_index)"
+)
+PRIORITY = 15
+TAKES_TOKENIZER = True
+
+POLICY_ITEMS = ("reasoning", "function_call")
+
+
+def sniff(data: bytes, first: Any) -> bool:
+    return (
+        isinstance(first, dict)
+        and isinstance(first.get("responses_create_params"), dict)
+        and isinstance(first.get("response"), dict)
+    )
+
+
+def _is_policy(item: dict) -> bool:
+    t = item.get("type", "message")
+    return t in POLICY_ITEMS or (t == "message" and item.get("role", "assistant") == "assistant")
+
+
+def _ids(item: dict, key: str) -> list | None:
+    v = item.get(key)
+    return v if isinstance(v, list) and v else None
+
+
+def _int_list(v: Any, rec: Record, field: str) -> list[int]:
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise rec.error("wrong_type", f"field `{field}` must be a list of token ids (integers).", field=field)
+    return v
+
+
+def _token_mode(output: list) -> bool:
+    """True when every run of policy items ends with an item carrying generation ids."""
+    saw = False
+    for i, item in enumerate(output):
+        if not isinstance(item, dict) or not _is_policy(item):
+            continue
+        nxt = output[i + 1] if i + 1 < len(output) else None
+        if isinstance(nxt, dict) and _is_policy(nxt):
+            continue  # not the last item of its run
+        if _ids(item, "generation_token_ids") is None:
+            return False
+        saw = True
+    return saw
+
+
+def _input_messages(b: SpanBuilder, params: dict, rec: Record) -> str:
+    """Render the prompt; returns its text (for the default group)."""
+    texts = []
+    instr = params.get("instructions")
+    if isinstance(instr, str) and instr:
+        b.message("system", instr, "prompt")
+        texts.append(instr)
+    inp = params.get("input")
+    if isinstance(inp, str):
+        b.message("user", inp, "prompt")
+        return "\n".join([*texts, inp])
+    if inp is None:
+        inp = []
+    if not isinstance(inp, list):
+        raise rec.error(
+            "wrong_type",
+            "field `responses_create_params.input` must be a string or a list of items.",
+            field="responses_create_params.input",
+        )
+    for j, item in enumerate(inp):
+        f = f"responses_create_params.input[{j}]"
+        if not isinstance(item, dict):
+            raise rec.error("wrong_type", f"field `{f}` must be an object.", field=f)
+        _render_item(b, item, rec, f, seeded=True)
+        texts.append(str(item.get("content", item.get("output", ""))))
+    return "\n".join(texts)
+
+
+def _render_item(b: SpanBuilder, item: dict, rec: Record, f: str, seeded: bool = False) -> None:
+    """One Responses item as text spans. ``seeded``: a prior turn given in the input (prompt)."""
+    t = item.get("type", "message")
+    pol = "prompt" if seeded else "policy"
+    if t == "message":
+        role = item.get("role", "assistant")
+        text = content_text(item.get("content"), rec, f + ".content")
+        if role == "assistant":
+            b.open_assistant()
+            b.text(text, pol)
+            b.add(["<|end|>"], pol)
+            b.add(["\n"], "prompt")
+        else:
+            b.message(str(role), text, "prompt")
+    elif t == "reasoning":
+        text = content_text(item.get("summary"), rec, f + ".summary") + content_text(
+            item.get("content"), rec, f + ".content"
+        )
+        b.add(["<think>"], pol)
+        b.text(text, pol)
+        b.add(["</think>"], pol)
+    elif t == "function_call":
+        name = item.get("name")
+        if not isinstance(name, str):
+            raise rec.error("missing_field", f"field `{f}.name` is missing.", field=f + ".name")
+        b.add(
+            [
+                "<tool_call>",
+                *tokenize(" " + name + " " + arguments_text(item.get("arguments"))),
+                "</tool_call>",
+            ],
+            pol,
+        )
+    elif t == "function_call_output":
+        out = item.get("output")
+        b.message("tool", out if isinstance(out, str) else content_text(out, rec, f + ".output"), "tool")
+    else:  # other item types (web_search_call, ...): shown, never trained on
+        b.message(str(t), content_text(item.get("content"), rec, f + ".content"), "prompt")
+
+
+def _text_episode(rec: Record, output: list) -> tuple[SpanBuilder, str]:
+    b = SpanBuilder()
+    prompt = _input_messages(b, rec.obj["responses_create_params"], rec)
+    for i, item in enumerate(output):
+        f = f"response.output[{i}]"
+        if not isinstance(item, dict):
+            raise rec.error("wrong_type", f"field `{f}` must be an object.", field=f)
+        if not _is_policy(item):
+            b.end_turn()
+        _render_item(b, item, rec, f)
+    return b, prompt
+
+
+def _token_episode(
+    rec: Record, output: list, tokenizer: TokenDecoder | None
+) -> tuple[list[str], list[str], list[int], list[int], list[float] | None, list[int] | None]:
+    ids: list[int] = []
+    kinds: list[str] = []
+    turns: list[int] = []
+    logprobs: list[float] = []
+    have_lp = True
+    tool_between = False
+    turn = -1
+    for i, item in enumerate(output):
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call_output":
+            tool_between = True
+        gen = _ids(item, "generation_token_ids")
+        if gen is None:
+            continue
+        f = f"response.output[{i}]"
+        gen = _int_list(gen, rec, f + ".generation_token_ids")
+        prompt = _int_list(item.get("prompt_token_ids") or [], rec, f + ".prompt_token_ids")
+        if prompt[: len(ids)] != ids:
+            raise rec.error(
+                "bad_token_ids",
+                f"field `{f}.prompt_token_ids` does not start with the tokens of the turns before it "
+                "(prompt and generations so far); each turn's prompt must extend the previous one.",
+                field=f + ".prompt_token_ids",
+            )
+        new = prompt[len(ids) :]
+        kind = "prompt" if turn < 0 or not tool_between else "tool"
+        ids += new
+        kinds += [kind] * len(new)
+        turns += [-1] * len(new)
+        logprobs += [0.0] * len(new)
+        turn += 1
+        ids += gen
+        kinds += ["policy"] * len(gen)
+        turns += [turn] * len(gen)
+        lp = item.get("generation_log_probs")
+        if lp is None:
+            have_lp = False
+            logprobs += [0.0] * len(gen)
+        else:
+            lp = float_list(lp, rec, f + ".generation_log_probs", len(gen), f + ".generation_token_ids")
+            logprobs += lp or []
+        tool_between = False
+    special = None
+    if tokenizer is not None:
+        tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
+    else:
+        tokens = [id_token(x) for x in ids]
+    return tokens, kinds, turns, ids, (logprobs if have_lp else None), special
+
+
+def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> EpisodeIn:
+    obj = rec.obj
+    if not isinstance(obj, dict) or not isinstance(obj.get("responses_create_params"), dict):
+        raise rec.error(
+            "missing_field",
+            "required field `responses_create_params` (the request: input, tools) is missing.",
+            field="responses_create_params",
+        )
+    resp = obj.get("response")
+    if not isinstance(resp, dict):
+        raise rec.error("missing_field", "required field `response` (with `output`) is missing.", "response")
+    output = resp.get("output") or []
+    if not isinstance(output, list):
+        raise rec.error("wrong_type", "field `response.output` must be a list of items.", "response.output")
+    reward = as_float(obj.get("reward", resp.get("reward")), rec, "reward")
+    meta: dict[str, Any] = scalar_meta(obj, {"reward", "truncated"})
+    meta.update(
+        {f"response.{k}": v for k, v in scalar_meta(resp, {"reward", "object", "created_at"}).items()}
+    )
+    agent = obj.get("agent_ref")
+    if isinstance(agent, dict) and isinstance(agent.get("name"), str):
+        meta["agent"] = agent["name"]
+    if isinstance(resp.get("metrics"), dict):
+        meta["metrics"] = resp["metrics"]
+    incomplete = resp.get("incomplete_details")
+    truncated = bool(obj.get("truncated", False)) or bool(
+        isinstance(incomplete, dict) and incomplete.get("reason")
+    )
+    b, prompt = _text_episode(rec, output)
+    if _token_mode(output):
+        tokens, kinds, turns, ids, logprobs, special = _token_episode(rec, output, tokenizer)
+        if special:
+            meta["special_tokens"] = special
+        fields: dict[str, Any] = {"token_ids": ids, "logprobs": logprobs}
+    else:
+        tokens, kinds, turns = b.tokens, b.kinds, b.turn_ids
+        fields = {}
+    group = obj.get("_ng_task_index", obj.get("task_index"))
+    ep = SpanBuilder()
+    ep.tokens, ep.kinds, ep.turn_ids = tokens, kinds, turns
+    return ep.episode(
+        reward=reward,
+        group=str(group) if group is not None else short_hash(prompt),
+        truncated=truncated,
+        meta=meta,
+        **fields,
+    )
+
+
+def iter_parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None):
+    """(line, episode) pairs, one per rollout."""
+    for rec in read_records(data):
+        yield rec.line, episode_from_record(rec, tokenizer)
+
+
+def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None) -> Parsed:
+    out = Parsed(NAME)
+    for line, ep in iter_parse(data, filename, tokenizer):
+        out.episodes.append(ep)
+        out.lines.append(line)
+    return out
