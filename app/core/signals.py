@@ -4,7 +4,10 @@ beside the advantage rows. Each row is plain arithmetic on the uploaded arrays:
 * ``logprob``: ``logprobs`` (the training policy's log-probability of the token);
 * ``entropy``: ``entropy`` (the policy's entropy at the position);
 * ``kl``: ``logprobs - ref_logprobs`` (the per-token k1 estimate of KL to the reference);
-* ``ratio``: ``exp(logprobs - rollout_logprobs)`` (training vs rollout engine mismatch; 1 = none).
+* ``ratio``: ``exp(logprobs - rollout_logprobs)`` (training vs rollout engine mismatch; 1 = none);
+* ``token_scores``, ``token_weights``: per-token rows a format keeps in ``meta.token_signals``
+  (a ``{name: [T numbers]}`` object; Atropos' ``token_scores`` and ``token_weights``). A signal
+  whose ``needs`` name ``meta:<name>`` reads ``meta.token_signals[<name>]``.
 
 Values are served on policy tokens only (null elsewhere): trainers fill the prompt with zeros and
 never train on tool output, so a number there says nothing about the policy.
@@ -53,12 +56,38 @@ SIGNALS: dict[str, Signal] = {
         ("logprobs", "rollout_logprobs"),
         "exp(logprobs − rollout_logprobs): the training/rollout engine mismatch (1 = none).",
     ),
+    "token_scores": Signal(
+        "token score",
+        "diverging",
+        ("meta:token_scores",),
+        "Per-token scores the environment gave (Atropos `token_scores`).",
+    ),
+    "token_weights": Signal(
+        "token weight",
+        "sequential",
+        ("meta:token_weights",),
+        "Per-token weights the environment gave (Atropos `token_weights`).",
+    ),
 }
+
+META = "meta:"
+
+
+def _meta_row(ep: EpisodeArrays, name: str) -> list | None:
+    rows = ep.meta.get("token_signals") if isinstance(ep.meta, dict) else None
+    row = rows.get(name) if isinstance(rows, dict) else None
+    return row if isinstance(row, list) and len(row) == len(ep.kinds) else None
+
+
+def _has(ep: EpisodeArrays, need: str) -> bool:
+    if need.startswith(META):
+        return _meta_row(ep, need[len(META) :]) is not None
+    return getattr(ep, need) is not None
 
 
 def available_signals(ep: EpisodeArrays) -> list[str]:
     """The signal names this episode has the arrays for, in catalog order."""
-    return [n for n, s in SIGNALS.items() if all(getattr(ep, f) is not None for f in s.needs)]
+    return [n for n, s in SIGNALS.items() if all(_has(ep, f) for f in s.needs)]
 
 
 def parse_signals(raw: Sequence[str] | None) -> list[str]:
@@ -91,6 +120,8 @@ def signal_values(ep: EpisodeArrays, name: str) -> np.ndarray:
         v = ep.logprobs - ep.ref_logprobs
     elif name == "ratio":
         v = np.exp(ep.logprobs - ep.rollout_logprobs)
+    elif SIGNALS.get(name) and SIGNALS[name].needs[0].startswith(META):
+        v = np.array(_meta_row(ep, SIGNALS[name].needs[0][len(META) :]), dtype=np.float64)
     else:  # parse_signals guards the names
         raise KeyError(name)
     v = np.asarray(v, dtype=np.float64).copy()
