@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..schemas import EpisodeIn
-from ..tokenize import tokenize
-from ._common import Record
+from app.core.schemas import EpisodeIn
+from app.core.tokenize import tokenize
+from app.ingest._common import Record
 
 
 class SpanBuilder:

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ApiError, located
-from ..schemas import EpisodeIn
-from ._common import Parsed, Record, float_list, id_token, read_records, scalar_meta
-from ._tokenizer import TokenDecoder
+from app.core.errors import ApiError, located
+from app.core.schemas import EpisodeIn
+from app.ingest._common import Parsed, Record, float_list, id_token, read_records, scalar_meta
+from app.ingest._tokenizer import TokenDecoder
 
 NAME = "atropos"
 DESCRIPTION = "Atropos ScoredDataGroup JSONL (one group per line: tokens, masks with -100, scores, messages)"

@@ -25,11 +25,20 @@ from typing import Any
 
 import numpy as np
 
-from ..schemas import EpisodeIn
-from ..tokenize import tokenize
-from ._common import Parsed, Record, as_float, float_list, id_token, read_records, scalar_meta, short_hash
-from ._spans import SpanBuilder, arguments_text, content_text
-from ._tokenizer import TokenDecoder
+from app.core.schemas import EpisodeIn
+from app.core.tokenize import tokenize
+from app.ingest._common import (
+    Parsed,
+    Record,
+    as_float,
+    float_list,
+    id_token,
+    read_records,
+    scalar_meta,
+    short_hash,
+)
+from app.ingest._spans import SpanBuilder, arguments_text, content_text
+from app.ingest._tokenizer import TokenDecoder
 
 NAME = "nemo_gym"
 DESCRIPTION = (
