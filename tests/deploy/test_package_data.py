@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 from fastapi.testclient import TestClient
-from app import resources
+from app.core import resources
 from app.main import create_app
 from app.core.settings import Settings
 assert resources.data_root() == resources.Path(sys.argv[1]) / "app" / "_data", resources.data_root()
