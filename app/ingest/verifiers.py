@@ -1,0 +1,111 @@
+"""verifiers / prime-rl evaluation results (``vf-eval`` / ``prime eval`` ``results.jsonl``): one
+rollout per line.
+
+* ``prompt`` and ``completion``: chat message lists (or plain strings). The prompt is prompt
+  tokens; in the completion each assistant message is one policy turn (its text and its
+  ``tool_calls``, given as objects or as JSON strings of objects, rendered
+  ``<tool_call>name {arguments}</tool_call>``), ``tool`` messages are tool tokens and other
+  roles (an environment's user turns) prompt;
+* ``reward`` is the outcome; the per-reward-function columns (``correct_answer_reward_func``,
+  ...), ``answer``, ``task``, ``info`` and the other scalar columns go to meta;
+* the rollouts of one example share ``example_id`` (older files: ``id``): that is the group
+  (else a hash of the prompt). An empty ``completion`` (a failed generation) is one empty
+  assistant turn: its ``<|end|>`` is the only policy token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from app.core.schemas import EpisodeIn
+from app.ingest._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
+from app.ingest._spans import SpanBuilder, content_text, parse_tool_call
+
+NAME = "verifiers"
+DESCRIPTION = (
+    "verifiers / prime-rl eval results JSONL (prompt, completion as chat messages, reward, example_id)"
+)
+PRIORITY = 30
+
+
+def sniff(data: bytes, first: Any) -> bool:
+    return (
+        isinstance(first, dict)
+        and "prompt" in first
+        and "completion" in first
+        and isinstance(first["prompt"], (list, str))
+        and isinstance(first["completion"], (list, str))
+        and ("reward" in first or "example_id" in first)
+    )
+
+
+def _messages(value: Any, rec: Record, field: str) -> list[dict]:
+    if isinstance(value, str):
+        return [{"role": "user" if field == "prompt" else "assistant", "content": value}]
+    if not isinstance(value, list):
+        raise rec.error("wrong_type", f"field `{field}` must be a list of chat messages or a string.", field)
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise rec.error(
+                "wrong_type",
+                f"field `{field}[{i}]` must be a chat message with a `role`.",
+                f"{field}[{i}].role",
+            )
+    return value
+
+
+def episode_from_record(rec: Record) -> EpisodeIn:
+    obj = rec.obj
+    if not isinstance(obj, dict):
+        raise rec.error("wrong_type", "expected a JSON object (one rollout) per line.")
+    for key in ("prompt", "completion"):
+        if key not in obj:
+            raise rec.error("missing_field", f"required field `{key}` is missing.", key)
+    b = SpanBuilder()
+    prompt = _messages(obj["prompt"], rec, "prompt")
+    prompt_text = []
+    for i, m in enumerate(prompt):
+        text = content_text(m.get("content"), rec, f"prompt[{i}].content")
+        b.message(m["role"], text, "prompt")
+        prompt_text.append(f"{m['role']}:{text}")
+    completion = _messages(obj["completion"], rec, "completion")
+    if not completion or completion == [{"role": "assistant", "content": ""}]:
+        # A failed generation: the model's (empty) answer is its stop token, as TRL shows one.
+        completion = [{"role": "assistant", "content": ""}]
+    for i, m in enumerate(completion):
+        f = f"completion[{i}]"
+        role = m["role"]
+        text = content_text(m.get("content"), rec, f + ".content")
+        if role == "assistant":
+            b.end_turn()
+            b.open_assistant()
+            b.text(text, "policy")
+            for j, call in enumerate(m.get("tool_calls") or []):
+                b.tool_call(*parse_tool_call(call, rec, f"{f}.tool_calls[{j}]"))
+            b.close_assistant()
+        else:
+            b.message(role, text, "tool" if role in ("tool", "function") else "prompt")
+    meta: dict[str, Any] = scalar_meta(obj, {"reward", "prompt", "completion"})
+    for key in ("info", "answer", "metrics"):
+        if isinstance(obj.get(key), (dict, list)):
+            meta[key] = obj[key]
+    group = obj.get("example_id", obj.get("id"))
+    return b.episode(
+        reward=as_float(obj.get("reward"), rec, "reward"),
+        group=str(group) if group is not None else short_hash("\n".join(prompt_text)),
+        meta=meta,
+    )
+
+
+def iter_parse(data: bytes, filename: str | None = None) -> Iterator[tuple[int | None, EpisodeIn]]:
+    for rec in read_records(data):
+        yield rec.line, episode_from_record(rec)
+
+
+def parse(data: bytes, filename: str | None = None) -> Parsed:
+    out = Parsed(NAME)
+    for line, ep in iter_parse(data, filename):
+        out.episodes.append(ep)
+        out.lines.append(line)
+    return out
