@@ -23,7 +23,7 @@ from app.core.errors import ApiError
 from app.core.settings import Settings
 
 # The formats whose files carry the trainer's advantages (named in the 409's message).
-ADVANTAGE_FORMATS = ("native", "verl_pt", "nemo_rl", "safetensors", "slime_pt", "trl_completions")
+ADVANTAGE_FORMATS = ("native", "verl_pt", "nemo_rl", "safetensors", "slime_pt", "trl_completions", "atropos")
 
 
 class Stats:

@@ -7,6 +7,10 @@ as ``DataProto`` keeps them) holding
   ``old_log_probs`` (-> ``logprobs``), ``ref_log_prob`` (-> ``ref_logprobs``),
   ``rollout_log_probs`` (-> ``rollout_logprobs``), ``entropys`` (-> ``entropy``) and
   ``advantages`` (the trainer's own, offered as the scheme ``uploaded``) [B, R];
+* or an actor micro-batch (``update_policy``'s input): ``input_ids`` (or ``inputs_ids``) [B, L]
+  whose last R positions are ``responses`` [B, R], ``attention_mask`` [B, L], ``old_log_prob`` (or
+  ``old_log_probs``), ``advantages``, optional ``response_mask`` (default: the response part of
+  ``attention_mask``), ``values``, ``returns`` (kept in ``meta.returns``) [B, R];
 * optional ``uid`` (GRPO group ids: a list of str, or an int tensor), ``vocab`` (list of str,
   id -> token), ``pad_token_id``.
 
@@ -48,6 +52,47 @@ def _err(message: str, field: str | None = None, episode: int | None = None) -> 
     return located(422, "bad_verl_batch", message, field=field, episode=episode)
 
 
+def _from_actor_micro_batch(d: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an actor's micro-batch (what ``DataParallelPPOActor.update_policy`` feeds the
+    model: ``input_ids`` [B, L], ``responses`` [B, R], ``attention_mask`` [B, L], ``old_log_prob(s)``,
+    ``advantages``, optional ``response_mask``, ``values``, ``returns`` [B, R]) as a batch: the
+    response is the last R positions of ``input_ids``, the prompt the L - R before it."""
+    import torch
+
+    key = "input_ids" if "input_ids" in d else "inputs_ids"  # the misspelling seen in dumps
+    ids = torch.as_tensor(d[key])
+    responses = torch.as_tensor(d["responses"])
+    if ids.dim() != 2 or responses.dim() != 2 or responses.shape[0] != ids.shape[0]:
+        raise _err(
+            f"fields `{key}` and `responses` must be 2-D [B, L] and [B, R] tensors with the same B; "
+            f"got {tuple(ids.shape)} and {tuple(responses.shape)}.",
+            key,
+        )
+    L, R = ids.shape[1], responses.shape[1]
+    if R > L:
+        raise _err(f"field `responses` has {R} positions but `{key}` only {L}.", "responses")
+    if not torch.equal(ids[:, L - R :], responses):
+        row = int(torch.nonzero((ids[:, L - R :] != responses).any(dim=1))[0])
+        raise located(
+            422,
+            "bad_verl_batch",
+            f"the last {R} positions of `{key}` differ from `responses` in row {row}; an actor "
+            "micro-batch's input ids end with its response ids.",
+            field=key,
+            episode=row + 1,
+        )
+    out = dict(d)
+    out["prompts"] = ids[:, : L - R]
+    if "response_mask" not in out:
+        if "attention_mask" not in out:
+            raise _err(
+                "an actor micro-batch needs `response_mask` or `attention_mask` (which tokens count).",
+                "response_mask",
+            )
+        out["response_mask"] = torch.as_tensor(out["attention_mask"])[:, L - R :]
+    return out
+
+
 def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None) -> Parsed:
     import torch
 
@@ -68,6 +113,9 @@ def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | No
         if isinstance(obj.get(part), dict):
             d.update(obj[part])
     d.update({k: v for k, v in obj.items() if k not in ("batch", "non_tensor_batch", "meta_info")})
+    micro = "prompts" not in d and ("input_ids" in d or "inputs_ids" in d) and "responses" in d
+    if micro:
+        d = _from_actor_micro_batch(d)
     for k in ("prompts", "responses", "response_mask"):
         if k not in d:
             raise _err(f"field `{k}` is missing; a verl batch needs prompts, responses and response_mask.", k)
@@ -89,10 +137,12 @@ def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | No
         ("rewards", rew_key),
         ("values", "values"),
         ("logprobs", "old_log_probs"),
+        ("logprobs", "old_log_prob"),
         ("advantages", "advantages"),
         ("ref_logprobs", "ref_log_prob"),
         ("rollout_logprobs", "rollout_log_probs"),
         ("entropy", "entropys"),
+        ("returns", "returns"),
     )
     for name, key in keys:
         if key in d and d[key] is not None:
@@ -138,6 +188,10 @@ def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | No
         zeros = [0.0] * len(p_list)
         arrays = {name: zeros + t[b][r_keep].tolist() for name, t in per_tok.items()}
         meta: dict[str, Any] = {"source": f"upload:{NAME}", "row": b}
+        if "returns" in per_tok:
+            meta["returns"] = zeros + per_tok["returns"][b][r_keep].tolist()
+        if micro:
+            meta["verl_input"] = "actor micro-batch"
         if isinstance(steps, (int, float)):
             meta["step"] = steps
         if special:
