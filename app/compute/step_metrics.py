@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from app.core import domain
-from app.core.arrays import F64, I32, json_loads
+from app.core.arrays import F64, I32, decode, json_loads
 
 # The per-token signals a step may carry; read from the store row (bytes) when the store has a
 # column for them, else from the parsed episode's field, else from its meta (older uploads of the
@@ -66,8 +66,8 @@ METRICS = (
 def _array(row: dict, ep: Any, name: str, n: int) -> np.ndarray | None:
     """[n] float64 of a per-token field, or None when absent, of the wrong length or not finite."""
     raw = row.get(name)
-    if isinstance(raw, bytes | bytearray | memoryview):
-        arr = np.frombuffer(raw, dtype=F64)  # a store column: validated finite, one per token
+    if isinstance(raw, np.ndarray | bytes | bytearray | memoryview):
+        arr = decode(raw, F64)  # a store row's column: validated finite, one per token
         return arr if arr.shape == (n,) else None
     else:
         vals = getattr(ep, name, None) if ep is not None else None
@@ -128,7 +128,7 @@ class StepMetrics:
         self.scores.append(float(row["score"]))
         self.passed.append(bool(row["passed"]))
         self.labels.append(row.get("group"))
-        kinds = np.frombuffer(row["kinds"], dtype=np.uint8)
+        kinds = decode(row["kinds"], np.dtype(np.uint8))
         n = len(kinds)
         policy = kinds == domain.POLICY
         self.policy_tokens += int(policy.sum())
@@ -169,7 +169,7 @@ class StepMetrics:
         if not isinstance(calls, list) or not calls:
             return
         tids = row.get("turn_ids")
-        turn_ids = domain.default_turn_ids(policy) if tids is None else np.frombuffer(tids, dtype=I32)
+        turn_ids = domain.default_turn_ids(policy) if tids is None else decode(tids, I32)
         tokens = domain.call_tokens(turn_ids, policy, len(calls))
         if tokens is None:
             return

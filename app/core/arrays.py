@@ -2,8 +2,9 @@
 JSON, and a native episode -> :class:`EpisodeArrays` for computation (a stored row decodes through
 app/storage/codecs.py into the same dataclass).
 
-Numeric arrays are little-endian with fixed dtypes (float64, int32, uint8 kind codes), so a
-database moves between machines unchanged and decodes with ``np.frombuffer`` (no per-token Python).
+Numeric arrays are read with fixed dtypes (float64, int32, uint8 kind codes) from the bytes
+app/core/packing.py wrote (lossless, compact, little-endian, so a database moves between machines
+unchanged) or, for rows stored before it, the plain little-endian arrays; no per-token Python.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from app.core import domain
 from app.core.domain import KIND_CODES, KIND_NAMES, POLICY
+from app.core.packing import pack, pack_text, unpack
 from app.core.schemas import EpisodeIn
 
 try:  # orjson is several times faster for the big token lists; json is the fallback.
@@ -57,9 +59,41 @@ def id_tokens(ids: np.ndarray) -> list[str]:
     return [f"⟨{i}⟩" for i in ids.tolist()]
 
 
-def decode(b: bytes | None, dtype: np.dtype) -> np.ndarray | None:
-    """A writable array from column bytes (None stays None)."""
-    return None if b is None else np.frombuffer(b, dtype=dtype).copy()
+def decode(b: bytes | np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
+    """An array of ``dtype`` from a column's bytes (packed, or an old row's plain array), or from
+    a prepared row's array not packed yet (app/core/validate.py); None stays None."""
+    if b is None:
+        return None
+    if isinstance(b, np.ndarray):
+        return b.astype(dtype, copy=False)
+    return unpack(b, dtype)
+
+
+# The array columns of an episode row, and the dtype each is read as.
+ARRAY_COLUMNS = {
+    **{name: F64 for name in FLOAT_FIELDS},
+    "kinds": np.dtype(np.uint8),
+    "turn_ids": I32,
+    "token_ids": I32,
+}
+
+
+def pack_row(row: dict[str, Any]) -> int:
+    """Pack a prepared episode row in place (its arrays and token JSON, app/core/packing.py) just
+    before it is written; returns the bytes its columns then take (arrays, tokens and meta)."""
+    size = 0
+    for name in ARRAY_COLUMNS:
+        arr = row.get(name)
+        if isinstance(arr, np.ndarray):
+            row[name] = pack(arr)
+        if row.get(name) is not None:
+            size += len(row[name])
+    text = row.get("tokens_json")
+    if text and text != "null" and row.get("tokens_packed") is None:
+        row["tokens_packed"] = pack_text(text)
+        row["tokens_json"] = ""
+    size += len(row.get("tokens_json") or "") + len(row.get("tokens_packed") or b"")
+    return size + len(row.get("meta_json") or "")
 
 
 def _floats(x: Any) -> np.ndarray | None:

@@ -224,8 +224,11 @@ def prepare_episode(
     line: int | None,
     settings: Settings | None = None,
 ) -> dict[str, Any]:
-    """Validate one episode (native or :class:`ArrayEpisode`) and encode it as an ``episode`` row
-    (without batch id and slug). Both kinds of input go through the same checks.
+    """Validate one episode (native or :class:`ArrayEpisode`) and prepare its ``episode`` row
+    (without batch id and slug): the summary columns, and the arrays as numpy arrays (float64,
+    int32, uint8 kind codes) that :func:`app.core.arrays.pack_row` packs just before the row is
+    written, so what is computed at ingest reads them without decoding. Both kinds of input go
+    through the same checks.
 
     Raises ApiError (422 with line/episode/field; 413 for too many tokens)."""
     where: Where = {"line": line, "episode": episode}
@@ -282,7 +285,7 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> dict[
             continue
         arr = np.asarray(arr, dtype=F64)  # float16/32 -> float64 is exact
         check_finite(arr, name, where)
-        row[name] = arr.tobytes()
+        row[name] = arr
     for name in ("reward", "bootstrap_value"):
         check_finite_scalar(getattr(ep, name), name, where)
     if ep.token_ids is not None:
@@ -295,7 +298,7 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> dict[
                 field="token_ids",
                 **where,
             )
-        row["token_ids"] = ids.astype(I32).tobytes()
+        row["token_ids"] = ids.astype(I32)
     else:
         row["token_ids"] = None
     if ep.turn_ids is not None:
@@ -310,7 +313,7 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> dict[
                 field="turn_ids",
                 **where,
             )
-        row["turn_ids"] = tids.astype(I32).tobytes()
+        row["turn_ids"] = tids.astype(I32)
         n_turns = len(np.unique(tids[policy]))
     else:
         row["turn_ids"] = None
@@ -321,7 +324,7 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> dict[
         meta = {**ep.meta, "turn_states": ep.turn_states}
     check_turn_states(meta, n_turns, where, "meta.turn_states" if ep.turn_states is None else "turn_states")
     if row["advantages"] is None and (adv := ep.meta.get("uploaded_advantages")) is not None:
-        row["advantages"] = np.asarray(adv, dtype=F64).tobytes()  # the older spelling, checked above
+        row["advantages"] = np.asarray(adv, dtype=F64)  # the older spelling, checked above
     if ep.tokens_json is not None:
         tokens_json = ep.tokens_json
     elif ep.tokens is not None:
@@ -330,7 +333,7 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> dict[
         tokens_json = "null"  # display ⟨id⟩ of the stored ids (codecs.stored_tokens)
     else:
         raise located(422, "missing_field", "field `tokens` is missing.", field="tokens", **where)
-    rewards = None if row["rewards"] is None else np.frombuffer(row["rewards"], dtype=F64)
+    rewards = row["rewards"]
     score = domain.score(kinds, domain.effective_rewards(kinds, rewards, ep.reward))
     row.update(
         group=ep.group,
@@ -344,7 +347,7 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> dict[
         truncated=ep.truncated,
         bootstrap_value=ep.bootstrap_value,
         tokens_json=tokens_json,
-        kinds=kinds.tobytes(),
+        kinds=kinds,
         meta_json=json_dumps(meta),
     )
     return row

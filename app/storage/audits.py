@@ -18,6 +18,7 @@ from app.compute.audit import decorate, marks_of, no_advantages, run_audit, too_
 from app.core import domain
 from app.core.arrays import F64, I32, EpisodeArrays, decode, json_dumps, json_loads, turn_ids_of
 from app.core.errors import ApiError
+from app.core.packing import pack
 from app.core.settings import Settings
 from app.storage.audit_models import BatchAudit, EpisodeAudit
 from app.storage.models import Batch, Episode
@@ -68,7 +69,7 @@ def _load(session: Session, batch_id: int) -> tuple[list[int], list[str], list[E
     ids, slugs, arrays, all_tids = [], [], [], True
     for r in session.execute(stmt):
         row = dict(zip(_COLUMNS, r, strict=True))
-        kinds = np.frombuffer(row["kinds"], dtype=np.uint8)
+        kinds = decode(row["kinds"], np.dtype(np.uint8))
         tids = decode(row["turn_ids"], I32)
         all_tids &= tids is not None
         ids.append(row["id"])
@@ -147,7 +148,7 @@ def _store(
         session.execute(
             insert(EpisodeAudit),
             [
-                {"episode_id": i, "batch_id": batch.id, "reference": r.astype(F64).tobytes()}
+                {"episode_id": i, "batch_id": batch.id, "reference": pack(r.astype(F64))}
                 for i, r in zip(ids, refs, strict=True)
             ],
         )
@@ -227,7 +228,7 @@ def episode_audit(session: Session, ep: Episode, settings: Settings) -> EpisodeA
         select(func.count()).where(Episode.batch_id == ep.batch_id, col(Episode.position) < ep.position)
     ).scalar_one()
     return EpisodeAuditView(
-        reference=np.frombuffer(row.reference, dtype=F64).copy(),
+        reference=decode(row.reference, F64),
         best_match=body["best_match"],
         marks=marks_of(body, int(index)),
     )

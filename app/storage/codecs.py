@@ -19,23 +19,26 @@ from app.core.arrays import (
     json_loads,
     kind_names,
 )
+from app.core.packing import unpack_text
 from app.core.schemas import EpisodeIn
 from app.storage.models import Episode
 
 
 def stored_tokens(ep: Episode) -> list[str]:
     """The display strings of a stored episode: its token strings, or ⟨id⟩ of its token ids when
-    only ids were uploaded (``tokens_json`` is then JSON ``null``: nothing is built at ingest)."""
-    tokens = json_loads(ep.tokens_json)
+    only ids were uploaded (the tokens JSON is then ``null``: nothing is built at ingest). Since
+    migration 0009 the JSON is packed in ``tokens_packed``; older rows have it in ``tokens_json``."""
+    packed = getattr(ep, "tokens_packed", None)
+    tokens = json_loads(ep.tokens_json if packed is None else unpack_text(packed))
     if tokens is None:
-        return id_tokens(np.frombuffer(ep.token_ids, dtype=I32))
+        return id_tokens(decode(ep.token_ids, I32))
     return tokens
 
 
 def episode_arrays(ep: Episode) -> EpisodeArrays:
     """Decode a stored row for computation (no per-token Python work besides the token JSON)."""
     floats = {name: decode(getattr(ep, name), F64) for name in FLOAT_FIELDS}
-    kinds = np.frombuffer(ep.kinds, dtype=np.uint8)
+    kinds = decode(ep.kinds, np.dtype(np.uint8))
     return arrays_of(
         ep,
         kinds,
@@ -43,7 +46,7 @@ def episode_arrays(ep: Episode) -> EpisodeArrays:
         decode(ep.turn_ids, I32),
         stored_tokens(ep),
         json_loads(ep.meta_json),
-        None if ep.token_ids is None else np.frombuffer(ep.token_ids, dtype=I32).astype(I64),
+        None if ep.token_ids is None else decode(ep.token_ids, I32).astype(I64),
     )
 
 
@@ -51,16 +54,17 @@ def episode_to_native(ep: Episode) -> EpisodeIn:
     """The stored episode in the native format, exactly as uploaded (arrays round-trip bit-exact)."""
 
     def fl(b: bytes | None) -> list[float] | None:
-        return None if b is None else np.frombuffer(b, dtype=F64).tolist()
+        return None if b is None else decode(b, F64).tolist()
 
     meta = json_loads(ep.meta_json)
     adv = ep.advantages
     old = meta.get("uploaded_advantages") if isinstance(meta, dict) else None
-    if adv is not None and old is not None and np.asarray(old, dtype=F64).tobytes() == adv:
-        adv = None  # filled from meta.uploaded_advantages, which round-trips as uploaded
+    if adv is not None and old is not None:
+        if np.asarray(old, dtype=F64).tobytes() == decode(adv, F64).tobytes():
+            adv = None  # filled from meta.uploaded_advantages, which round-trips as uploaded
     return EpisodeIn.model_construct(
         tokens=stored_tokens(ep),
-        kinds=kind_names(np.frombuffer(ep.kinds, dtype=np.uint8)),
+        kinds=kind_names(decode(ep.kinds, np.dtype(np.uint8))),
         reward=ep.reward,
         rewards=fl(ep.rewards),
         values=fl(ep.values),
@@ -69,8 +73,8 @@ def episode_to_native(ep: Episode) -> EpisodeIn:
         ref_logprobs=fl(ep.ref_logprobs),
         rollout_logprobs=fl(ep.rollout_logprobs),
         entropy=fl(ep.entropy),
-        token_ids=None if ep.token_ids is None else np.frombuffer(ep.token_ids, dtype=I32).tolist(),
-        turn_ids=None if ep.turn_ids is None else np.frombuffer(ep.turn_ids, dtype=I32).tolist(),
+        token_ids=None if ep.token_ids is None else decode(ep.token_ids, I32).tolist(),
+        turn_ids=None if ep.turn_ids is None else decode(ep.turn_ids, I32).tolist(),
         group=ep.group,
         truncated=ep.truncated,
         bootstrap_value=ep.bootstrap_value,

@@ -2,23 +2,26 @@
 
 An episode's per-token arrays live in its own row, never one row per token:
 
-* ``tokens_json``: the token strings as one JSON text (strings vary in length; JSON is compact,
-  portable and decodes at C speed).
-* numeric arrays as little-endian bytes in ``LargeBinary`` columns (BLOB on SQLite, BYTEA on
-  PostgreSQL): ``kinds`` uint8 codes, ``rewards``/``values``/``logprobs``/``advantages``/
-  ``ref_logprobs``/``rollout_logprobs``/``entropy`` float64, ``turn_ids`` int32, ``token_ids``
-  int64 (app/storage/codecs.py). A 32k-token episode decodes with ``np.frombuffer`` in microseconds, with no per-token
-  Python work, and float64 keeps uploaded numbers exact for the round trip.
+* ``tokens_packed``: the token strings as one JSON text, zstd-compressed (app/core/packing.py);
+  rows stored before migration 0009 have the plain JSON in ``tokens_json`` instead ("" when packed).
+* numeric arrays in ``LargeBinary`` columns (BLOB on SQLite, BYTEA on PostgreSQL), each packed by
+  app/core/packing.py: lossless to the bit, float32 when the values are float32, byte-shuffled and
+  zstd-compressed, kind codes and turn ids as runs. Read as ``kinds`` uint8 codes,
+  ``rewards``/``values``/``logprobs``/``advantages``/``ref_logprobs``/``rollout_logprobs``/
+  ``entropy`` float64, ``turn_ids`` and ``token_ids`` int32 (app/storage/codecs.py). Rows stored
+  before migration 0009 hold the plain little-endian arrays, and still read.
 
 Per-episode summaries (``score``, ``reward``, ``passed``, ``n_tokens``, ``group``, ``task``) are
-columns so batch diagnostics and group baselines never need to decode the arrays.
+columns so batch diagnostics and group baselines never need to decode the arrays. A run step's
+episodes also carry ``run_id``, ``step`` and the search fields of ``GET /api/runs/{id}/episodes``
+(migration 0009), computed at ingest (app/compute/episode_fields.py).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -43,6 +46,11 @@ class Run(SQLModel, table=True):
         default="public", index=True, max_length=16, sa_column_kwargs={"server_default": "public"}
     )
     slug: str | None = Field(default=None, index=True, unique=True, max_length=64)
+    # Added by migration 0009: episodes kept in full per step (None: every one), and the thinning
+    # of older steps (None: none; K: once a newer step is stored, only steps that are multiples of
+    # K keep their episodes).
+    keep: int | None = None
+    keep_every: int | None = None
 
 
 class Batch(SQLModel, table=True):
@@ -72,12 +80,21 @@ class Batch(SQLModel, table=True):
         default="public", index=True, max_length=16, sa_column_kwargs={"server_default": "public"}
     )
     slug: str | None = Field(default=None, index=True, unique=True, max_length=64)
+    # Added by migration 0009: the episodes the step had before retention (None: n_episodes, all
+    # of them kept) and the bytes its stored rows take (arrays, tokens, meta, audit references).
+    n_episodes_seen: int | None = None
+    stored_bytes: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
 
 
 class Episode(SQLModel, table=True):
     """One multi-turn episode with its per-token arrays stored compactly (see module docstring)."""
 
     __tablename__ = "episode"
+    __table_args__ = (
+        Index("ix_episode_run_step", "run_id", "step"),
+        Index("ix_episode_run_max_abs_adv", "run_id", "max_abs_adv"),
+        Index("ix_episode_run_reward", "run_id", "reward"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     slug: str = Field(index=True, unique=True, max_length=64)
@@ -94,6 +111,7 @@ class Episode(SQLModel, table=True):
     truncated: bool = False
     bootstrap_value: float | None = None
     tokens_json: str = Field(sa_column=Column(Text, nullable=False))
+    tokens_packed: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     kinds: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
     rewards: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     values: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
@@ -107,6 +125,17 @@ class Episode(SQLModel, table=True):
     entropy: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     token_ids: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     meta_json: str = Field(default="{}", sa_column=Column(Text, nullable=False))
+    # Added by migration 0009: a run step's episodes, and their search fields
+    # (app/compute/episode_fields.py).
+    run_id: int | None = None
+    step: int | None = None
+    n_tool_tokens: int | None = None
+    max_abs_adv: float | None = None
+    nonpolicy_abs_adv_share: float | None = None
+    max_ratio: float | None = None
+    mean_entropy: float | None = None
+    n_findings: int | None = None
+    finding_codes: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 
 
 class Job(SQLModel, table=True):

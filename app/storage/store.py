@@ -23,7 +23,7 @@ from sqlmodel import Session, col, select
 
 from app.compute.step_metrics import StepMetrics
 from app.core import urls
-from app.core.arrays import json_dumps
+from app.core.arrays import json_dumps, pack_row
 from app.core.errors import ApiError, not_found
 from app.core.resources import demo_dir
 from app.core.schemas import EpisodeIn
@@ -189,10 +189,12 @@ def _store_rows(
         row["position"] = i
     # Everything is computed before the write turn, which then holds only the inserts.
     diagnostics = diagnostics_of_rows(rows)
+    stored = sum(pack_row(row) for row in rows)
     batch = Batch(
         name=text_column(name) or "",
         source=source,
         n_episodes=len(rows),
+        stored_bytes=stored,
         meta_json=json_dumps(meta or {}),
         delete_token_hash=hash_token(delete_token),
         slug=new_slug(),

@@ -1,4 +1,4 @@
-"""The store's array packing (app/packing.py): exact to the bit, compact, and old rows still read.
+"""The store's array packing (app/core/packing.py): exact to the bit, compact, and old rows still read.
 
 Oracles we did not write: the zstd payloads are standard zstd frames that Debian's ``zstd`` tool
 decompresses to the byte-shuffled values; a byte shuffle is checked against its definition
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from app import packing as pk
+from app.core import packing as pk
 
 F64 = np.dtype("<f8")
 
