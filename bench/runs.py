@@ -50,7 +50,7 @@ def _make_run(db: Path) -> int:
     from sqlmodel import Session
 
     from app.compute.step_metrics import StepMetrics
-    from app.core.arrays import json_dumps
+    from app.core.arrays import json_dumps, pack_row
     from app.core.schemas import EpisodeIn
     from app.core.validate import prepare_episode
     from app.storage import runs as rs
@@ -81,6 +81,8 @@ def _make_run(db: Path) -> int:
     for row, ep in zip(rows, eps, strict=True):
         metrics.add(row, ep)
     base = metrics.result()
+    for row in rows:
+        pack_row(row)  # as the store writes them
     with Session(engine) as session:
         run, _ = rs.create_run(session, "bench-1000-steps", {"steps": STEPS, "episodes": EPISODES})
         run_id = run.id

@@ -98,4 +98,3 @@ def test_rows_stored_before_packing_still_read(client):
     # The advantages API decodes the old row too.
     r = client.get(f"/api/episodes/{slug}/advantages", params={"scheme": "uploaded"})
     assert r.status_code == 200, r.text
-
