@@ -1,9 +1,12 @@
 """verl ``rollout_data_dir`` / ``validation_data_dir`` JSONL: ``input``, ``output``, ``score``,
 ``step`` (+ ``gts``, ``request_id``, reward extras). Text only: ``input`` becomes prompt tokens and
 ``output`` policy tokens, tokenised with the offline tokenizer (app/core/tokenize.py); ``score`` is the
-outcome reward. Multi-turn outputs interleave assistant and tool text that cannot be told apart
-from text alone, so all of ``output`` is policy. Group: ``uid`` if present, else a hash of
-``input`` (GRPO samples the same prompt several times)."""
+outcome reward. A multi-turn ``output`` (verl's agent loop decodes the whole response with the chat
+template's special tokens stripped) interleaves the policy's text with the tool responses the
+environment appended: ``…</tool_call>user\n<tool_response>…</tool_response>\nassistant\n…``. The
+text rule of app/ingest/_chat.py splits it: the ``<tool_response>`` blocks are tool tokens, the role
+lines around them template (prompt) tokens, and each stretch of policy text is one turn. Group:
+``uid`` if present, else a hash of ``input`` (GRPO samples the same prompt several times)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from typing import Any
 
 from app.core.schemas import EpisodeIn
 from app.core.tokenize import tokenize
+from app.ingest._chat import add_text
 from app.ingest._common import Parsed, Record, as_float, parse_records, scalar_meta, short_hash
+from app.ingest._spans import SpanBuilder
 
 NAME = "verl_rollout"
 DESCRIPTION = "verl rollout_data_dir JSONL (input, output, score, step): text only, re-tokenised"
@@ -35,25 +40,14 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     if isinstance(score, dict):  # reward functions that return a dict keep the scalar under "score"
         score = score.get("score")
     reward = as_float(score, rec, "score")
-    prompt = tokenize(obj["input"])
-    response = tokenize(obj["output"])
+    b = SpanBuilder()
+    b.add(tokenize(obj["input"]), "prompt")
+    add_text(b, obj["output"])
     meta = scalar_meta(obj, {"input", "output", "score", "uid"})
     if "data_source" in obj:
         meta.setdefault("task", obj["data_source"])
     meta["source"] = f"upload:{NAME}"
-    return EpisodeIn.model_construct(
-        tokens=prompt + response,
-        kinds=["prompt"] * len(prompt) + ["policy"] * len(response),
-        reward=reward,
-        rewards=None,
-        values=None,
-        logprobs=None,
-        turn_ids=None,
-        group=str(obj.get("uid") or short_hash(obj["input"])),
-        truncated=False,
-        bootstrap_value=None,
-        meta=meta,
-    )
+    return b.episode(reward=reward, group=str(obj.get("uid") or short_hash(obj["input"])), meta=meta)
 
 
 def parse(data: bytes, filename: str | None = None) -> Parsed:
