@@ -17,11 +17,11 @@ B, T = 512, 4096
 
 def batch(seed: int = 0):
     """(EstimatorInput, kinds [B, T]) of multi-turn episodes: a prompt, policy turns and tool spans."""
-    from estimators.audit import KIND_POLICY, KIND_PROMPT, KIND_TOOL
+    from estimators.audit import KIND_PAD, KIND_POLICY, KIND_PROMPT, KIND_TOOL
     from estimators.registry import EstimatorInput
 
     g = torch.Generator().manual_seed(seed)
-    kinds = torch.zeros(B, T, dtype=torch.int8)
+    kinds = torch.full((B, T), KIND_PAD, dtype=torch.uint8)
     rewards = torch.zeros(B, T)
     for i in range(B):
         length = int(torch.randint(T // 2, T + 1, (1,), generator=g))

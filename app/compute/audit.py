@@ -73,17 +73,13 @@ def run_audit(
     default)."""
     import torch
 
-    from estimators.audit import KIND_POLICY, KIND_PROMPT, KIND_TOOL, audit
+    from estimators.audit import KIND_PAD, KIND_POLICY, audit
     from estimators.registry import EstimatorInput
-
-    # The service's kind codes (app.core.domain) -> the engine's (0 is its padding).
-    to_engine = np.zeros(len(domain.KIND_NAMES), dtype=np.int8)
-    to_engine[[domain.PROMPT, domain.POLICY, domain.TOOL]] = (KIND_PROMPT, KIND_POLICY, KIND_TOOL)
 
     B = len(arrays)
     lens = np.fromiter((len(a.kinds) for a in arrays), dtype=np.int64, count=B)
     T = int(lens.max()) if B else 0
-    kinds = np.zeros((B, T), dtype=np.int8)  # the engine's codes, 0 = padding
+    kinds = np.full((B, T), KIND_PAD, dtype=np.uint8)  # the service's codes (app.core.domain)
     rew = np.zeros((B, T))
     adv = np.zeros((B, T))
     has_values = all(a.values is not None for a in arrays)
@@ -91,7 +87,7 @@ def run_audit(
     tid = np.full((B, T), -1, dtype=np.int64) if turn_ids else None
     for b, a in enumerate(arrays):
         n = len(a.kinds)
-        kinds[b, :n] = to_engine[a.kinds]
+        kinds[b, :n] = a.kinds
         rew[b, :n] = a.rewards
         adv[b, :n] = a.advantages
         if val is not None:

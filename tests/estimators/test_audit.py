@@ -1,4 +1,4 @@
-"""The audit engine (estimators/audit.py).
+"""The audit engine (estimators/audit/).
 
 1. The corpus in fixtures/audit/ (made by verl 0.9.1's own functions, right and wrong): each case
    gives exactly the manifest's best match, codes, severities and token positions; the clean
@@ -22,7 +22,15 @@ import torch
 from estimators import compute
 from estimators import groups as G
 from estimators import token as TK
-from estimators.audit import CAP, KIND_POLICY, audit, audit_episodes, returns_reset_at_gaps
+from estimators.audit import (
+    CAP,
+    KIND_CODES,
+    KIND_PAD,
+    KIND_POLICY,
+    audit,
+    audit_episodes,
+    returns_reset_at_gaps,
+)
 from estimators.registry import EstimatorInput
 from estimators.stats import whiten
 
@@ -140,6 +148,14 @@ def _kinds_mask(kinds=KINDS, T=8):
             pol[i, t] = k == P
             resp[i, t] = t >= first
     return pol, resp
+
+
+def _kind_codes(kinds=KINDS, T=8):
+    """[B, T] uint8 kind codes of ``kinds`` (the service's numbering), KIND_PAD past each row's end."""
+    kt = torch.full((len(kinds), T), KIND_PAD, dtype=torch.uint8)
+    for i, ks in enumerate(kinds):
+        kt[i, : len(ks)] = torch.tensor([KIND_CODES[k] for k in ks])
+    return kt
 
 
 def _rows(x: torch.Tensor, kinds=KINDS):
@@ -404,9 +420,7 @@ def test_every_outcome_estimator_is_found(name):
     kinds = [[Q] + [P] * (2 + i % 3) + [T_, P] for i in range(len(scores))]
     rew = _rewards(scores, kinds)
     T = max(map(len, kinds))
-    kt = torch.zeros(len(kinds), T, dtype=torch.int8)
-    for i, ks in enumerate(kinds):
-        kt[i, : len(ks)] = torch.tensor([{Q: 1, P: 2, T_: 3}[k] for k in ks])
+    kt = _kind_codes(kinds, T)
     inp = EstimatorInput(rewards=_pad(rew, T), mask=kt == KIND_POLICY, groups=groups)
     adv = compute(name, inp).advantages
     res = audit(inp, adv, kt)
@@ -423,9 +437,7 @@ WHITENED = ("verl_gae", "reinforce_plus_plus")
 @pytest.mark.parametrize("name", ["token_gae", "verl_gae", "turn_gae", "returns", "reinforce_plus_plus"])
 def test_every_token_estimator_is_found(name):
     pol, _ = _kinds_mask()
-    kt = torch.zeros(3, 8, dtype=torch.int8)
-    for i, ks in enumerate(KINDS):
-        kt[i, : len(ks)] = torch.tensor([{Q: 1, P: 2, T_: 3}[k] for k in ks])
+    kt = _kind_codes()
     rew = _rewards()
     rew[0][2] = 0.2  # a mid-episode reward so gamma shows in returns
     inp = EstimatorInput(rewards=_pad(rew), mask=pol, values=_pad(VALUES), gamma=0.95, lam=0.9)
@@ -457,9 +469,7 @@ def test_verl_whitening_factor_follows_its_mask_dtype(estimator, mask_dtype):
     # Both are found to the bit, and named.
     ca = pytest.importorskip("verl.trainer.ppo.core_algos")
     pol, _ = _kinds_mask()
-    kt = torch.zeros(3, 8, dtype=torch.int8)
-    for i, ks in enumerate(KINDS):
-        kt[i, : len(ks)] = torch.tensor([{Q: 1, P: 2, T_: 3}[k] for k in ks])
+    kt = _kind_codes()
     r, v, m = _pad(_rewards()), _pad(VALUES), pol.to(mask_dtype)
     if estimator == "gae":
         adv, _ = ca.compute_gae_advantage_return(r, v, m, 0.99, 0.95)

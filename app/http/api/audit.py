@@ -1,5 +1,5 @@
 """GET /api/batches/{id}/audit: the batch's uploaded advantages checked against the registry
-(estimators/audit.py through app/compute/audit.py), computed once per batch and cached."""
+(estimators/audit/ through app/compute/audit.py), computed once per batch and cached."""
 
 from __future__ import annotations
 

@@ -1,0 +1,322 @@
+"""The findings: each detector names the exact tokens one kind of problem touches.
+
+**Adding a finding** happens here and only here: write a detector ``(ctx: Context) -> list[dict]``
+that builds its findings with :func:`~.report.finding` (and adds the tokens it explains to
+``ctx.claimed`` so that later detectors do not report them again), then put it in
+:data:`DETECTORS` at the place its priority asks for. A finding that comes from a bug hypothesis
+needs no detector of its own: its row in :data:`.hypotheses.HYPOTHESES` is enough
+(:func:`bug_hypotheses` reports it).
+
+Detectors run in :data:`DETECTORS` order: data findings that hold whatever the scheme, then the best
+match's bug hypotheses and conventions, then group pathologies, turn constancy and, last, whatever
+no detector claimed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import groups as G
+from .. import token as TK
+from .batch import Batch
+from .candidates import Cand, broadcast, num, public
+from .constants import KIND_PROMPT, KIND_TOOL, RAW_TOL, SPIKE_ADV, SPIKE_STD, TOKEN_TOL
+from .hypotheses import CONVENTIONS, HYPOTHESES, Hypothesis, fixed_raw
+from .report import finding
+from .search import Search
+
+
+@dataclass
+class Context:
+    """What every detector may read: the batch, the search's outcome and the closest fit's
+    advantages. ``claimed`` [B, T] bool: policy tokens an earlier finding already explains."""
+
+    b: Batch
+    search: Search
+    ref: Tensor  # [B, T] the closest fit's advantages (0 off-policy)
+    raw: Tensor  # [B, T] the same before whitening
+    claimed: Tensor
+
+    @property
+    def pick(self) -> Cand | None:
+        """The best match (None when nothing matches)."""
+        return self.search.pick
+
+    @property
+    def closest(self) -> Cand:
+        """The best match or, without one, the closest fit."""
+        return self.search.closest
+
+
+def changed(a: Tensor, c: Tensor, pol: Tensor) -> Tensor:
+    """[B, T] policy tokens where the raw advantages ``a`` and ``c`` differ (relative RAW_TOL)."""
+    return pol & ((a - c).abs() > RAW_TOL * (1 + c.abs()))
+
+
+# ---- 1. data findings (whatever the scheme) ---------------------------------------------------
+
+
+def _verl_carry(b: Batch, off: Tensor) -> bool:
+    """True when every flagged off-policy value is what verl's unmasked GAE output holds there:
+    the uploaded value of the next policy token to its right, or (after a row's last policy
+    token) one batch-wide constant (-mean/std of the whitening)."""
+    B, T = b.u.shape
+    pos = torch.arange(T).expand(B, T)
+    nxt = torch.where(b.pol, pos, T).flip(1).cummin(1).values.flip(1)
+    has = nxt < T
+    carry = b.u.gather(1, nxt.clamp(max=T - 1))
+    ok_next = ((b.u - carry).abs() <= TOKEN_TOL) | ~has
+    tail = off & ~has
+    if bool(tail.any()):
+        vals = b.u[tail]
+        ok_tail = bool(((vals - vals[0]).abs() <= TOKEN_TOL).all())
+    else:
+        ok_tail = True
+    return ok_tail and bool(ok_next[off].all()) and bool((off & has).any())
+
+
+def credit_on_non_policy_tokens(ctx: Context) -> list[dict[str, Any]]:
+    """Prompt or tool tokens with a nonzero uploaded advantage (a warning when they only hold the
+    values verl's GAE leaves on masked positions)."""
+    b = ctx.b
+    off = ((b.kinds == KIND_PROMPT) | (b.kinds == KIND_TOOL)) & (b.u.abs() > TOKEN_TOL)
+    if not bool(off.any()):
+        return []
+    n_tool = int((off & (b.kinds == KIND_TOOL)).sum())
+    carried = _verl_carry(b, off)
+    text = (
+        "the values are what verl's GAE leaves on masked positions (the next policy token's advantage, "
+        "or -mean/std after the last one): harmless only if the loss masks these tokens"
+        if carried
+        else "the loss trains on tokens the policy did not choose"
+    )
+    return [
+        finding(
+            "credit_on_non_policy_tokens",
+            "warning" if carried else "error",
+            f"{int(off.sum())} prompt/tool tokens carry a nonzero advantage ({n_tool} of them tool output): "
+            + text,
+            off,
+            {"max_abs": float(b.u[off].abs().max()), "tool_tokens": n_tool, "verl_carry_pattern": carried},
+        )
+    ]
+
+
+# ---- 2. the best match's bug hypotheses and conventions ---------------------------------------
+
+
+def _bug_finding(
+    h: Hypothesis, pick: Cand, b: Batch, ch: Tensor, raw: Tensor, fixed: Tensor
+) -> dict[str, Any]:
+    ev: dict[str, Any] = {
+        "hypothesis": {h.key: pick.params[h.key]},
+        "max_raw_change": num(float((raw - fixed)[ch].abs().max())) if bool(ch.any()) else 0.0,
+        **h.evidence(b),
+    }
+    return finding(
+        h.code,
+        "error",
+        f"matches {pick.scheme} where {h.text}; {int(ch.sum())} policy tokens get a different raw advantage "
+        "than the correct computation",
+        ch,
+        ev,
+    )
+
+
+def bug_hypotheses(ctx: Context) -> list[dict[str, Any]]:
+    """One finding per hypothesis of :data:`HYPOTHESES` the best match needs: the policy tokens whose
+    raw (pre-whitening) advantage changes when that hypothesis alone is switched back."""
+    pick, b = ctx.pick, ctx.b
+    if pick is None:
+        return []
+    out = []
+    for h in HYPOTHESES:
+        if pick.params.get(h.key) != h.bad or not h.observable(b):
+            continue
+        fixed = fixed_raw(b, pick, h.key, h.good, ctx.search.outcome)
+        if fixed is None:
+            continue
+        ch = changed(ctx.raw, fixed, b.pol)
+        out.append(_bug_finding(h, pick, b, ch, ctx.raw, fixed))
+        ctx.claimed |= ch
+    return out
+
+
+def convention_differs(ctx: Context) -> list[dict[str, Any]]:
+    """An outcome match computed with conventions other than verl's defaults (info, not a bug)."""
+    pick, b = ctx.pick, ctx.b
+    if pick is None or pick.kind != "outcome":
+        return []
+    devs = {k: pick.params[k] for k, d in CONVENTIONS.items() if k in pick.params and pick.params[k] != d}
+    if not devs:
+        return []
+    p = dict(pick.params, **{k: CONVENTIONS[k] for k in devs})
+    same = [o for o in ctx.search.outcome if o.scheme == pick.scheme and o.params == p]
+    if not same:
+        return []
+    ch = b.pol & ((broadcast(b, same[0].vec) - ctx.ref).abs() > TOKEN_TOL)
+    if not bool(ch.any()):
+        return []
+    return [
+        finding(
+            "convention_differs",
+            "info",
+            f"{pick.scheme} computed with "
+            + ", ".join(f"{k}={v}" for k, v in devs.items())
+            + " (verl's default: "
+            + ", ".join(f"{k}={CONVENTIONS[k]}" for k in devs)
+            + f"); {int(ch.sum())} policy tokens would differ by more than {TOKEN_TOL:g}",
+            ch,
+            {"found": devs, "default": {k: CONVENTIONS[k] for k in devs}},
+        )
+    ]
+
+
+# ---- 3. group pathologies (group schemes only) ------------------------------------------------
+
+
+def group_pathologies(ctx: Context) -> list[dict[str, Any]]:
+    """Nonzero advantages in all-equal groups (without a match) and std-eps spikes."""
+    b, c, pick = ctx.b, ctx.closest, ctx.pick
+    if c.kind != "outcome":
+        return []
+    out = []
+    s = (b.r * b.pol).sum(1) if c.params.get("score") != "row" else b.r.sum(1)
+    if c.params.get("reward_at") == "row_end" and b.r_end is not None:
+        s = (b.r_end * b.pol).sum(1)
+    st = G.group_stats(s, b.groups)
+    grouped = st.count >= 2
+    big = b.pol & (b.u.abs() > TOKEN_TOL)
+    zero = grouped & (st.m2 == 0)
+    if pick is None:
+        ch = big & zero[:, None] & ~ctx.claimed
+        if bool(ch.any()):
+            eps_ = sorted(set(ch.nonzero()[:, 0].tolist()))
+            out.append(
+                finding(
+                    "zero_variance_group_nonzero_advantage",
+                    "error",
+                    f"{len(eps_)} episodes in groups whose scores are all equal carry nonzero advantages: "
+                    "a group with no spread has nothing to compare",
+                    ch,
+                    {"groups": sorted(set(st.inverse[eps_].tolist())), "scores": s[eps_].tolist()},
+                )
+            )
+            ctx.claimed |= ch
+    sd = torch.nan_to_num(st.std("sample"))
+    noisy = grouped & (sd > 0) & (sd < SPIKE_STD)
+    ch = b.pol & noisy[:, None] & (b.u.abs() >= SPIKE_ADV)
+    if bool(ch.any()):
+        eps_ = sorted(set(ch.nonzero()[:, 0].tolist()))
+        stds = sorted({float(x) for x in sd[eps_].tolist()})
+        ev = {
+            "group_std": stds,
+            "max_abs": float(b.u[ch].abs().max()),
+            "scheme": c.scheme,
+            "params": dict(c.params),
+        }
+        out.append(
+            finding(
+                "std_eps_spike",
+                "warning",
+                f"{len(eps_)} episodes in groups whose scores differ by less than {SPIKE_STD:g} (std "
+                f"{stds[0]:.3g}) get advantages up to {ev['max_abs']:.3g}: noise divided by a "
+                "near-zero std (+eps) becomes a phantom signal",
+                ch,
+                ev,
+            )
+        )
+    return out
+
+
+# ---- 4. constant per episode / per turn -------------------------------------------------------
+
+
+def _segment_first(b: Batch, kind: str) -> Tensor:
+    """[B, T] the uploaded value at the first policy token of each token's episode (or turn)."""
+    if kind == "outcome":
+        return b.ep_first[:, None].expand_as(b.u)
+    ti = TK.turn_spans(b.pol, b.turn_ids)
+    B, T = ti.shape
+    K = int(ti.max()) + 1 if ti.numel() else 0
+    if K <= 0:
+        return b.u
+    key = torch.arange(B)[:, None] * K + ti.clamp(min=0)
+    pos = torch.arange(T).expand(B, T)
+    firsts = torch.full((B * K,), T, dtype=torch.long).scatter_reduce(
+        0, key[b.pol], pos[b.pol], "amin", include_self=True
+    )
+    fpos = firsts[key].clamp(max=T - 1)
+    return b.u.gather(1, fpos)
+
+
+def advantage_not_constant_per_turn(ctx: Context) -> list[dict[str, Any]]:
+    """Outcome / turn schemes give one advantage per episode (turn): tokens off their first value."""
+    b, c = ctx.b, ctx.closest
+    if c.kind not in ("outcome", "turn"):
+        return []
+    seg = _segment_first(b, c.kind)
+    ch = b.pol & ((b.u - seg).abs() > TOKEN_TOL) & ~ctx.claimed
+    if not bool(ch.any()):
+        return []
+    unit = "episode" if c.kind == "outcome" else "turn"
+    ctx.claimed |= ch
+    return [
+        finding(
+            "advantage_not_constant_per_turn",
+            "error" if ctx.pick is None else "warning",
+            f"{c.scheme} gives one advantage per {unit}, but {int(ch.sum())} policy tokens differ "
+            f"from the first token of their {unit}",
+            ch,
+            {"unit": unit, "max_abs": float((b.u - seg)[ch].abs().max())},
+        )
+    ]
+
+
+# ---- 5. whatever is left ----------------------------------------------------------------------
+
+
+def mismatch_unexplained(ctx: Context) -> list[dict[str, Any]]:
+    """Policy tokens off the best match (closest fit) that no detector above claimed."""
+    b, c, pick = ctx.b, ctx.closest, ctx.pick
+    diff = b.pol & ~((b.u - ctx.ref).abs() <= TOKEN_TOL) & ~ctx.claimed
+    if not bool(diff.any()):
+        return []
+    off_by = (b.u - ctx.ref)[diff].abs()
+    return [
+        finding(
+            "mismatch_unexplained",
+            "error" if pick is None else "warning",
+            f"{int(diff.sum())} policy tokens differ from {'the best match' if pick else 'the closest fit'} "
+            f"({c.scheme}) by more than {TOKEN_TOL:g}, and no known bug explains them",
+            diff,
+            {"reference": public(c), "max_abs": num(float(torch.nan_to_num(off_by, nan=math.inf).max()))},
+        )
+    ]
+
+
+Detector = Callable[[Context], list[dict[str, Any]]]
+
+# The order is the priority: a token claimed by an earlier detector is not reported again later.
+DETECTORS: tuple[Detector, ...] = (
+    credit_on_non_policy_tokens,
+    bug_hypotheses,
+    convention_differs,
+    group_pathologies,
+    advantage_not_constant_per_turn,
+    mismatch_unexplained,
+)
+
+
+def detect(ctx: Context) -> list[dict[str, Any]]:
+    """Every detector's findings, in :data:`DETECTORS` order."""
+    out: list[dict[str, Any]] = []
+    for d in DETECTORS:
+        out += d(ctx)
+    return out
