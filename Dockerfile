@@ -24,20 +24,25 @@ RUN useradd --create-home --uid 10001 creditlens \
 
 WORKDIR /app
 
-# The dependencies first, from pyproject.toml alone, so this big layer (torch and the rest, ~1 GB) is
-# rebuilt when they change, not on every change to the code. Versions come from requirements.lock. torch is pinned here and must be a CPU
-# build (a CUDA one brings ~4 GB of nvidia-* packages): the build fails otherwise.
+# The dependencies first, from the two pyproject.toml files alone (the server's at the root, the
+# client's in client/), so this big layer (torch and the rest, ~1 GB) is rebuilt when they change, not
+# on every change to the code. Versions come from requirements.lock. The server's requirement on the
+# client itself (`creditlens`) is left out here: the client is installed from client/ below. torch is
+# pinned here and must be a CPU build (a CUDA one brings ~4 GB of nvidia-* packages): the build fails
+# otherwise.
 COPY pyproject.toml requirements.lock ./
+COPY client/pyproject.toml ./client/pyproject.toml
 # hadolint ignore=DL3013
 RUN pip install -c requirements.lock torch==2.13.0 $TORCH_PIP_ARGS \
-    && python -c "import subprocess, sys, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; subprocess.check_call([sys.executable, '-m', 'pip', 'install', '-c', 'requirements.lock', *p['dependencies'], *p['optional-dependencies']['postgres']])" \
+    && python -c "import re, subprocess, sys, tomllib; s = tomllib.load(open('pyproject.toml', 'rb'))['project']; c = tomllib.load(open('client/pyproject.toml', 'rb'))['project']; deps = [d for d in s['dependencies'] if re.split(r'[^A-Za-z0-9_.-]', d)[0].lower() != c['name']]; subprocess.check_call([sys.executable, '-m', 'pip', 'install', '-c', 'requirements.lock', *deps, *c['dependencies'], *s['optional-dependencies']['postgres']])" \
     && python -c "import importlib.metadata as md, torch; nv = sorted(d.metadata['Name'] for d in md.distributions() if d.metadata['Name'].lower().startswith('nvidia')); assert torch.version.cuda is None and not nv, f'torch {torch.__version__} is a CUDA build (with {nv}): this image is CPU-only; point TORCH_PIP_ARGS at CPU wheels'"
 
-# Install step (replayed by tests/deploy/test_docker.py in a fresh venv, and built for real there).
+# Install step (replayed by tests/deploy/test_docker.py in a fresh venv, and built for real there):
+# the client (client/, the `creditlens` distribution), then the server (`creditlens-server`).
 COPY setup.py README.md ./
+COPY client ./client
 COPY app ./app
 COPY estimators ./estimators
-COPY creditlens ./creditlens
 COPY templates ./templates
 COPY static ./static
 COPY fixtures ./fixtures
@@ -48,11 +53,11 @@ COPY migrations ./migrations
 # hadolint ignore=DL3008,DL3013
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && pip install --no-deps . \
+    && pip install --no-deps ./client . \
     && pip check \
     && python -P -c "from estimators import native; assert native.available(), 'GAE kernel not built'" \
     && apt-get purge -y --auto-remove gcc libc6-dev \
-    && rm -rf /var/lib/apt/lists/* /app/build /app/*.egg-info
+    && rm -rf /var/lib/apt/lists/* /app/build /app/*.egg-info /app/client/build /app/client/*.egg-info
 
 USER 10001
 VOLUME ["/data"]

@@ -1,4 +1,5 @@
-"""The ``creditlens`` command: serve, upload, compute.
+"""The ``creditlens`` command: serve, migrate, upload, watch, compute, audit (upload and watch are
+the client's own, ``creditlens.upload`` and ``creditlens.watch``; the rest needs the server).
 
 creditlens serve [--host 127.0.0.1] [--port 8000] [--db PATH_OR_URL] [--demo] [--workers N]
 creditlens migrate [--db PATH_OR_URL] [--revision head]
@@ -13,12 +14,11 @@ creditlens audit FILE [--format auto] [--json]    (exit 1 when a finding is an e
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-from app.core import schemes, urls
+from app.core import schemes
 
 
 def _db_url(db: str) -> str:
@@ -107,66 +107,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         upgrade(engine, args.revision)
     print(f"creditlens: database at revision {args.revision}")
     engine.dispose()
-    return 0
-
-
-def _chunks(path: Path, bar, size: int = 1 << 20):
-    with path.open("rb") as f:
-        while chunk := f.read(size):
-            bar.update(len(chunk))
-            yield chunk
-
-
-def cmd_upload(args: argparse.Namespace) -> int:
-    import httpx
-    from tqdm import tqdm
-
-    path = Path(args.file)
-    if not path.is_file():
-        print(f"creditlens upload: no such file: {path}", file=sys.stderr)
-        return 2
-    total = path.stat().st_size
-    headers = {"Content-Type": "application/octet-stream", "Content-Length": str(total)}
-    token = args.token or os.environ.get("CREDITLENS_WRITE_TOKEN")
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    params = {"name": args.name or path.name}
-    if args.format and args.format != "auto":
-        params["format"] = args.format
-    if args.visibility:
-        params["visibility"] = args.visibility
-    url = args.server.rstrip("/") + urls.API_UPLOADS
-    # The bar shows bytes sent; small files skip it.
-    with tqdm(
-        total=total, unit="B", unit_scale=True, desc=path.name, disable=total < (1 << 20) or args.quiet
-    ) as bar:
-        try:
-            r = httpx.post(url, content=_chunks(path, bar), headers=headers, params=params, timeout=600)
-        except httpx.HTTPError as e:
-            print(f"creditlens upload: could not reach {url}: {e}", file=sys.stderr)
-            return 1
-    try:
-        body = r.json()
-    except ValueError:
-        body = {"error": {"message": r.text[:500]}}
-    if r.status_code != 201:
-        print(
-            f"creditlens upload: {r.status_code}: {body.get('error', {}).get('message', body)}",
-            file=sys.stderr,
-        )
-        return 1
-    base = args.server.rstrip("/")
-    n = len(body["episodes"])
-    print(
-        f"stored batch {body['batch_id']} with {n} episode(s): {base}{body.get('url') or urls.batch(body['batch_id'])}"
-    )
-    for e in body["episodes"][:5]:
-        print(f"  {base}{e['url']}")
-    if n > 5:
-        print(f"  ... and {n - 5} more")
-    print(f"delete token (shown once): {body['delete_token']}")
-    if args.json:
-        print(json.dumps(body))
     return 0
 
 
@@ -309,30 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", default="info")
     s.set_defaults(fn=cmd_serve)
 
+    # upload and watch are the client's (client/creditlens/): one implementation, also run as
+    # `python -m creditlens upload|watch` where only the client is installed.
+    from creditlens import upload, watch
+
     u = sub.add_parser("upload", help="upload a file of episodes to a running server")
-    u.add_argument("file")
-    u.add_argument("--server", default=os.environ.get("CREDITLENS_SERVER", "http://127.0.0.1:8000"))
-    u.add_argument("--format", default="auto", help="auto or a format name (see GET /api/formats)")
-    u.add_argument("--name", help="batch name (default: the file name)")
-    u.add_argument(
-        "--token",
-        help="write token (default: $CREDITLENS_WRITE_TOKEN); the read token for a private server without one",
-    )
-    u.add_argument(
-        "--visibility",
-        choices=["public", "unlisted"],
-        help="unlisted: never listed, reachable only by its link (default: the server's setting)",
-    )
-    u.add_argument("--json", action="store_true", help="also print the server's JSON answer")
-    u.add_argument("--quiet", action="store_true", help="no progress bar")
-    u.set_defaults(fn=cmd_upload)
+    upload.add_arguments(u)
+    u.set_defaults(fn=upload.run_upload)
 
     m = sub.add_parser("migrate", help="apply database migrations (the server also does this on start)")
     m.add_argument("--db", help="SQLite file path or database URL (default: CREDITLENS_DATABASE_URL)")
     m.add_argument("--revision", default="head", help="target revision: head (default), base, or an id")
     m.set_defaults(fn=cmd_migrate)
-
-    from creditlens import watch
 
     w = sub.add_parser("watch", help="follow a trainer's dump folder; upload each new step to a run")
     watch.add_arguments(w)

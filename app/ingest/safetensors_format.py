@@ -1,6 +1,6 @@
 """safetensors: a batch as [B, T] tensors, the binary wire format of the Python client.
 
-The tensors are named like the native fields (see ``creditlens/wire.py`` for the full table):
+The tensors are named like the native fields (see ``client/creditlens/wire.py`` for the full table):
 ``kinds`` uint8 [B, T] (0 prompt, 1 policy, 2 tool, 255 padding, dropped), ``token_ids`` int
 [B, T], float [B, T] ``rewards``, ``values``, ``logprobs``, ``ref_logprobs``,
 ``rollout_logprobs``, ``entropy``, ``advantages``; [B] ``reward`` (float) and ``groups`` (int).

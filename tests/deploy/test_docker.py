@@ -86,7 +86,9 @@ def test_dockerfile_install_and_start_replayed(tmp_path):
                 if dest.startswith("./") and dest != "./":
                     target = app_dir / dest[2:]
                 if s.is_dir():
-                    shutil.copytree(s, target, ignore=shutil.ignore_patterns("__pycache__"))
+                    shutil.copytree(
+                        s, target, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True
+                    )
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(s, target if not target.is_dir() else target / s.name)

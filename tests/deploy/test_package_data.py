@@ -1,5 +1,6 @@
-"""A built wheel carries templates, static files, migrations and the demo fixtures, and the app
-finds them inside the installed package (app/core/resources.py), whatever the working directory."""
+"""A built server wheel carries templates, static files, migrations and the demo fixtures, and the app
+finds them inside the installed package (app/core/resources.py), whatever the working directory. The
+client is not in it: it is its own wheel (client/), which the server's wheel depends on."""
 
 from __future__ import annotations
 
@@ -33,30 +34,40 @@ print("ok")
 def test_wheel_ships_the_data_folders_and_the_app_finds_them(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLENS_")}
     src = tmp_path / "src"  # a copy: an in-tree build would leave build/ in the checkout
-    for name in ("app", "estimators", "creditlens", "templates", "static", "migrations", "fixtures"):
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    for name in ("app", "estimators", "client", "templates", "static", "migrations", "fixtures"):
+        shutil.copytree(
+            ROOT / name,
+            src / name,
+            ignore=shutil.ignore_patterns("__pycache__", "*.so", ".venv", "build", "*.egg-info"),
+        )
     for name in ("pyproject.toml", "setup.py", "README.md", "alembic.ini"):
         shutil.copy2(ROOT / name, src / name)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            str(src),
-            "-w",
-            "w",
-        ],
-        cwd=tmp_path,
-        env={**env, "PIP_NO_INDEX": "1"},
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = (tmp_path / "w").glob("creditlens-*.whl")
+    for project in (src, src / "client"):
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                str(project),
+                "-w",
+                "w",
+            ],
+            cwd=tmp_path,
+            env={**env, "PIP_NO_INDEX": "1"},
+            check=True,
+            capture_output=True,
+        )
+    (wheel,) = (tmp_path / "w").glob("creditlens_server-*.whl")
+    (client_wheel,) = (tmp_path / "w").glob("creditlens-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.startswith("creditlens/")], "the client belongs in its own wheel"
+    assert {n.split("/")[0] for n in zipfile.ZipFile(client_wheel).namelist() if "dist-info" not in n} == {
+        "creditlens"
+    }
     for want in (
         "app/_data/templates/base.html",
         "app/_data/static/util.js",
@@ -68,6 +79,7 @@ def test_wheel_ships_the_data_folders_and_the_app_finds_them(tmp_path):
         assert want in names, want
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
+    zipfile.ZipFile(client_wheel).extractall(site)
     run = tmp_path / "elsewhere"
     run.mkdir()
     env["PYTHONPATH"] = str(site)

@@ -1,0 +1,37 @@
+"""``python -m creditlens upload|watch ...``: the client's two commands, without the server.
+
+With the server installed, the ``creditlens`` command offers the same two (the same code) beside
+serve, migrate, compute and audit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import upload, watch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m creditlens``."""
+    p = argparse.ArgumentParser(
+        prog="python -m creditlens",
+        description="The creditlens client: upload a file, or follow a trainer's dump folder.",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("upload", help="upload a file of episodes to a running server")
+    upload.add_arguments(u)
+    u.set_defaults(fn=upload.run_upload)
+    w = sub.add_parser("watch", help="follow a trainer's dump folder; upload each new step to a run")
+    watch.add_arguments(w)
+    w.set_defaults(fn=watch.run_watch)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
