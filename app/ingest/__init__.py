@@ -17,6 +17,7 @@ from app.core.errors import ApiError
 from app.core.schemas import EpisodeIn
 from app.core.validate import ArrayEpisode
 from app.ingest._common import Parsed, first_object
+from app.ingest._damage import check as check_damage
 from app.ingest._tokenizer import TokenDecoder, load_tokenizer
 
 __all__ = ["Parsed", "formats", "detect", "parse_upload", "iter_upload", "load_tokenizer", "TokenDecoder"]
@@ -65,6 +66,7 @@ def _resolve(data: bytes, fmt: str | None, filename: str | None) -> tuple[bytes,
         data = data[3:]
     if not data or not data.strip():
         raise ApiError(422, "empty_upload", "the upload is empty.")
+    check_damage(data)  # a truncated zip / parquet / safetensors says so, whatever the format
     if fmt in (None, "", "auto"):
         fmt = detect(data, filename)
     mod = formats().get(fmt)

@@ -39,6 +39,7 @@ import numpy as np
 from app.core.errors import ApiError
 from app.core.schemas import EpisodeIn
 from app.ingest._common import Parsed, Record, id_token, mask_kinds, short_hash
+from app.ingest._damage import torch_load_damage
 from app.ingest._tokenizer import TokenDecoder
 
 NAME = "slime_pt"
@@ -101,6 +102,8 @@ def load(data: bytes) -> Any:
     try:
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # UnpicklingError for disallowed globals, RuntimeError for junk
+        if (cut := torch_load_damage(e)) is not None:
+            raise cut from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise _err(
             f"could not load this file with torch.load(weights_only=True): {first}. slime's dumps "

@@ -38,6 +38,7 @@ from app.core.errors import ApiError
 from app.core.schemas import EpisodeIn
 from app.core.tokenize import tokenize
 from app.ingest._common import Parsed, Record, scalar_meta, short_hash
+from app.ingest._damage import damaged
 from app.ingest.openai_chat import episode_from_messages
 
 NAME = "trl_completions"
@@ -70,7 +71,7 @@ def read_rows(data: bytes) -> list[dict[str, Any]]:
         meta = pf.metadata
         declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     except Exception as e:  # ArrowInvalid / OSError for a damaged footer
-        raise _err(f"could not read this file as parquet: {str(e).strip().splitlines()[0]}.") from None
+        raise damaged("the parquet footer (its metadata)", f"cannot be read ({_first_line(e)})") from None
     if declared > MAX_UNCOMPRESSED_BYTES:
         raise _err(
             f"the parquet file decodes to {declared} bytes; the limit is {MAX_UNCOMPRESSED_BYTES}. "
@@ -80,8 +81,13 @@ def read_rows(data: bytes) -> list[dict[str, Any]]:
         )
     try:
         return pf.read().to_pylist()
-    except Exception as e:
-        raise _err(f"could not read this file as parquet: {str(e).strip().splitlines()[0]}.") from None
+    except Exception as e:  # a column chunk whose pages do not decode
+        raise damaged("a parquet column chunk", f"cannot be decoded ({_first_line(e)})") from None
+
+
+def _first_line(e: Exception) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
 
 
 def _number(value: Any, rec: Record, name: str, nan_ok: bool) -> float | None:

@@ -33,6 +33,7 @@ import numpy as np
 from app.core.errors import ApiError, located
 from app.core.schemas import EpisodeIn
 from app.ingest._common import Parsed, id_token
+from app.ingest._damage import torch_load_damage
 from app.ingest._tokenizer import TokenDecoder
 
 NAME = "verl_pt"
@@ -99,6 +100,8 @@ def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | No
     try:
         obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # UnpicklingError for disallowed globals, RuntimeError for junk
+        if (cut := torch_load_damage(e)) is not None:
+            raise cut from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ApiError(
             422,

@@ -51,5 +51,8 @@ def test_schema_and_health(client):
         "safetensors",
         "trl_completions",
         "slime_pt",
+        "nemo_gym",
+        "atropos",
+        "verifiers",
     }
     assert "/api/episodes/{slug}/advantages" in client.get("/openapi.json").json()["paths"]

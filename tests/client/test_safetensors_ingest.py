@@ -153,7 +153,8 @@ MALFORMED = {
     "no kinds": (_with(kinds=None), "kinds", "missing_field"),
     "offsets overlap": (_lying_offsets(), "token_ids", "bad_safetensors"),
     "huge declared shape": (_huge_shape(), "values", "bad_safetensors"),
-    "truncated data": (*_truncated(), "bad_safetensors"),
+    # Cut off: the file is damaged, naming the tensor the cut runs through (app/ingest/_damage.py).
+    "truncated data": (*_truncated(), "damaged_file"),
     "tokens of the wrong length": (
         save(tensors(), metadata={"tokens": json.dumps([["a"], ["b"], ["c"]])}),
         "tokens",
@@ -183,17 +184,20 @@ def test_malformed_rows_are_named():
 
 
 @pytest.mark.parametrize(
-    "body",
+    "body, code",
     [
-        struct.pack("<Q", 2**62) + b"{}",  # a header length far beyond the file
-        struct.pack("<Q", 40) + b'{"kinds": ',  # a header cut short
-        b"\x01\x02",  # shorter than the length prefix
-        raw_file({"kinds": {"dtype": "U8", "shape": [1, 2], "data_offsets": [0, 2]}}, b"\x01\x01", n=5),
+        (struct.pack("<Q", 2**62) + b"{}", "bad_safetensors"),  # a header length far beyond the file
+        (struct.pack("<Q", 40) + b'{"kinds": ', "damaged_file"),  # a header cut short
+        (b"\x01\x02", "bad_safetensors"),  # shorter than the length prefix
+        (
+            raw_file({"kinds": {"dtype": "U8", "shape": [1, 2], "data_offsets": [0, 2]}}, b"\x01\x01", n=5),
+            "damaged_file",  # the header's JSON is cut
+        ),
     ],
     ids=["huge header length", "truncated header", "tiny", "bad json"],
 )
-def test_broken_headers_are_422(client, body):
+def test_broken_headers_are_422(client, body, code):
     r = post(client, body)
     assert r.status_code == 422, r.text
-    assert r.json()["error"]["code"] == "bad_safetensors"
+    assert r.json()["error"]["code"] == code
     assert row_counts(client) == (0, 0)
