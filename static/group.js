@@ -55,8 +55,8 @@ function render(g) {
   $("g-name").textContent = String(g.group);
   document.title = `Group ${g.group} · creditlens`;
   const meta = $("g-meta");
-  const passes = eps.filter((e) => (e.reward ?? 0) > 0).length;
-  meta.replaceChildren(el("a", { href: urls.batch(init.batch_id) }, `batch ${init.batch_id}`), ` · ${eps.length} attempts · ${passes} with positive reward`);
+  const passes = eps.filter((e) => e.passed).length;
+  meta.replaceChildren(el("a", { href: urls.batch(init.batch_id) }, `batch ${init.batch_id}`), ` · ${eps.length} attempts · ${passes} passed`);
   $("zv-banner").replaceChildren(
     ...(g.zero_variance ? [el("div", { class: "banner", id: "zv-why" }, g.why || "Zero-variance group: every advantage is exactly 0, this group contributes no gradient.")] : []),
   );

@@ -8,42 +8,18 @@ const $ = (id) => document.getElementById(id);
 const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
 const COLORS = ["rgb(33,102,172)", "rgb(178,24,43)", "rgb(90,90,90)"];
 
-// Figures and their metrics (names are the API's; app/compute/step_metrics.py defines them).
-export const FIGURES = [
-  { id: "outcome", title: "Outcome", metrics: [["pass_rate", "pass rate"], ["mean_score", "mean score"]] },
-  {
-    id: "zero-variance",
-    title: "Episodes in zero-variance groups (no gradient)",
-    metrics: [
-      ["zero_variance_share", "all"],
-      ["zero_variance_all_pass_share", "all passed"],
-      ["zero_variance_all_fail_share", "all failed"],
-    ],
-    percent: true,
-  },
-  { id: "tokens", title: "Tokens per episode", metrics: [["mean_policy_tokens", "policy"], ["mean_tool_tokens", "tool"]] },
-  {
-    id: "advantages",
-    title: "Trainer's advantages",
-    metrics: [["mean_abs_advantage", "mean |A| on policy tokens"], ["nonpolicy_advantage_share", "share of |A| off policy (should be 0)"]],
-  },
-  { id: "policy", title: "Entropy and KL to the reference", metrics: [["mean_entropy", "mean entropy"], ["mean_kl", "mean KL (logp − ref)"]] },
-  {
-    id: "mismatch",
-    title: "Rollout vs training log-probs",
-    metrics: [["mean_log_ratio", "mean log-ratio"], ["max_abs_log_ratio", "max |log-ratio|"]],
-  },
-  { id: "audit", title: "Audit: error findings in the trainer's advantages", metrics: [["audit_errors", "error findings"]] },
-  { id: "critic", title: "Critic: explained variance of the returns", metrics: [["explained_variance", "explained variance"]] },
-  { id: "credit", title: "Useless-credit share", metrics: [["useless_credit_share", "on calls that did not help"]], percent: true },
-];
+// Figures and their metrics, from the page state: names, labels and formats are defined once, in
+// app/core/metrics.py ([{id, title, percent, metrics: [{name, label, format}]}]).
+export const FIGURES = init.figures || [];
+const LABELS = init.labels || {};
+const label = (name) => LABELS[name] || name.replace(/_/g, " ");
 
 /** [{figure, traces}] for the figures that have at least one value; customdata = batch ids. */
 export function timelineTraces(steps) {
   const out = [];
   for (const f of FIGURES) {
     const traces = [];
-    f.metrics.forEach(([name, label], i) => {
+    f.metrics.forEach(({ name, label }, i) => {
       const pts = steps.filter((s) => s.metrics && s.metrics[name] !== null && s.metrics[name] !== undefined);
       if (!pts.length) return;
       traces.push({
@@ -112,6 +88,7 @@ function drawTimeline(steps) {
 // The steps table shows the latest steps first; a long run's whole table (1,000 rows cost a
 // browser ~0.3 s of layout) only when asked for.
 const STEPS_SHOWN = 100;
+const STEP_COLUMNS = ["pass_rate", "mean_score", "zero_variance_share"];
 
 function stepRow(s) {
   return el(
@@ -120,14 +97,12 @@ function stepRow(s) {
     el("td", { class: "num" }, String(s.step)),
     el("td", {}, el("a", { href: urls.batch(s.batch_ref ?? s.batch_id) }, `batch ${s.batch_id}`)),
     el("td", { class: "num" }, String(s.n_episodes)),
-    el("td", { class: "num" }, fmt(s.metrics.pass_rate)),
-    el("td", { class: "num" }, fmt(s.metrics.mean_score)),
-    el("td", { class: "num" }, fmt(s.metrics.zero_variance_share)),
+    ...STEP_COLUMNS.map((name) => el("td", { class: "num" }, fmt(s.metrics[name]))),
   );
 }
 
 function drawSteps(steps, all = false) {
-  const head = el("tr", {}, ...["step", "batch", "episodes", "pass rate", "mean score", "zero-variance share"].map((h) => el("th", { scope: "col" }, h)));
+  const head = el("tr", {}, ...["step", "batch", "episodes", ...STEP_COLUMNS.map(label)].map((h) => el("th", { scope: "col" }, h)));
   const newest = steps.slice().reverse();
   const shown = all ? newest : newest.slice(0, STEPS_SHOWN);
   $("steps").replaceChildren(el("thead", {}, head), el("tbody", {}, ...shown.map(stepRow)));

@@ -50,7 +50,7 @@ async function findBatch(names) {
 
 function pickEpisode(batch, pick) {
   const eps = batch.episodes || [];
-  if (pick === "success") return eps.find((e) => (e.reward ?? 0) > 0) || eps[0];
+  if (pick === "success") return eps.find((e) => e.passed) || eps[0];
   return eps[0];
 }
 

@@ -1,7 +1,7 @@
 """Batch diagnostics: per-group statistics, zero-variance groups, the reward histogram, batch
 whitening vs group centering and, when episodes carry ``meta.calls``, where the positive outcome
-credit of successful episodes lands. Score, pass, groups, zero variance and useless credit are
-defined in app/core/domain.py.
+credit of successful episodes lands. Each number is defined once, in app/core/metrics.py (pass
+rate, zero-variance shares, credit by effect, useless credit), on the rules of app/core/domain.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from app.compute.advantages import outcome_advantages
-from app.core import domain
+from app.core import domain, metrics
 from app.core.arrays import json_loads
 from app.core.schemas import EpisodeSummary
 
@@ -46,32 +46,25 @@ def batch_diagnostics(
     labels = [r.group for r in rows]
     scores = np.array([r.score for r in rows], dtype=np.float64)
     passed = np.array([bool(r.passed) for r in rows])
-    B = len(rows)
     groups = domain.groups(labels)
-    group_stats = []
-    zv_labels = []
-    zv_n = 0
-    for key, members in groups.items():
-        s = scores[members]
-        zero_var = domain.zero_variance(s)
-        label = domain.group_label(key)
-        if zero_var:
-            zv_labels.append(label)
-            zv_n += len(members)
-        group_stats.append(
-            {
-                "group": label,
-                "n": len(members),
-                "mean_reward": float(s.mean()),
-                "pass_rate": float(passed[members].mean()),
-                "zero_variance": zero_var,
-            }
-        )
+    zv = metrics.zero_variance(scores, labels, passed)
+    group_stats = [
+        {
+            "group": domain.group_label(key),
+            "n": len(members),
+            "mean_reward": float(scores[members].mean()),
+            "pass_rate": metrics.pass_rate(passed[members]),
+            "zero_variance": domain.zero_variance(scores[members]),
+        }
+        for key, members in groups.items()
+    ]
     out: dict[str, Any] = {
         "groups": group_stats,
-        "zero_variance_groups": zv_labels,
-        "zero_variance_share": zv_n / B if B else 0.0,
-        "pass_rate": float(passed.mean()) if B else 0.0,
+        "zero_variance_groups": [g.group for g in zv.groups],
+        "zero_variance_share": zv.share,
+        "zero_variance_all_pass_share": zv.all_pass_share,
+        "zero_variance_all_fail_share": zv.all_fail_share,
+        "pass_rate": metrics.pass_rate(passed),
         "reward_histogram": histogram(scores),
         "whiten_vs_center": whiten_vs_center(slugs, labels, scores, passed, groups),
         "useless_credit_share": None,
@@ -137,44 +130,24 @@ def whiten_vs_center(slugs, labels, scores, passed, groups) -> dict:
 
 
 def credit_by_effect(rows: list[EpisodeSummary], scores, passed, labels, turn_data) -> dict:
-    """Where the positive RLOO credit of successful episodes lands, by ``meta.calls[k].effect``.
-
-    ``credit`` is token-weighted (:func:`app.core.domain.positive_credit`); ``call_credit`` counts each
-    call once. The shares of both use :func:`app.core.domain.useless_credit_share`."""
+    """Where the RLOO outcome credit lands, by ``meta.calls[k].effect``
+    (:func:`app.core.metrics.credit_by_effect` over the episodes in ``turn_data``), and the
+    useless-credit shares of it ({} when no episode's calls describe its turns)."""
     rloo = outcome_advantages("rloo", scores, labels)
-    by: dict[str, dict[str, float]] = {}
+    eps = []
     for i, r in enumerate(rows):
-        if not passed[i] or rloo[i] <= 0 or r.slug not in turn_data:
-            continue
-        calls = json_loads(r.meta_json).get("calls")
-        if not isinstance(calls, list):
+        if r.slug not in turn_data:
             continue
         kinds, tids = turn_data[r.slug]
-        tokens = domain.call_tokens(tids, kinds == domain.POLICY, len(calls))
-        if tokens is None:
-            continue
-        credit = domain.positive_credit(True, float(rloo[i]), tokens)
-        for k, call in enumerate(calls):
-            effect = call.get("effect", "other") if isinstance(call, dict) else "other"
-            e = by.setdefault(effect, {"calls": 0, "tokens": 0, "credit": 0.0, "call_credit": 0.0})
-            e["calls"] += 1
-            e["tokens"] += int(tokens[k])
-            e["credit"] += float(credit[k])
-            e["call_credit"] += float(rloo[i])
+        calls = json_loads(r.meta_json).get("calls")
+        c = metrics.call_credit(calls, tids, kinds == domain.POLICY, bool(passed[i]), float(rloo[i]))
+        if c is not None:
+            eps.append(c)
+    by = metrics.credit_by_effect(eps)
     if not by:
         return {}
-    total = sum(e["credit"] for e in by.values())
-    total_calls = sum(e["call_credit"] for e in by.values())
-    for e in by.values():
-        e["share"] = e["credit"] / total if total else 0.0
-        e["call_share"] = e["call_credit"] / total_calls if total_calls else 0.0
-    return {
-        "useless_credit_share": domain.useless_credit_share({k: e["credit"] for k, e in by.items()}),
-        "useless_credit_share_per_call": domain.useless_credit_share(
-            {k: e["call_credit"] for k, e in by.items()}
-        ),
-        "credit_by_effect": by,
-    }
+    share, per_call = metrics.useless_credit(by)
+    return {"useless_credit_share": share, "useless_credit_share_per_call": per_call, "credit_by_effect": by}
 
 
 GROUP_DETAIL_BASELINES = ("rloo", "grpo", "dr_grpo", "group_mean", "batch_whiten")

@@ -5,27 +5,16 @@ parsed episode, and keeps only running sums and one small tuple per episode (sco
 never the per-token arrays. The run page and ``GET /api/runs/{id}/metrics`` read the stored
 result; nothing is recomputed per request.
 
-Definitions (score, pass, groups, zero variance, useless credit: app/core/domain.py; "policy tokens"
-are the tokens of kind policy):
+The metrics are :data:`app.core.metrics.STEP_METRICS`, defined (name, label, format, meaning)
+in app/core/metrics.py with the functions that compute the batch-level ones (pass rate,
+zero-variance shares, useless credit, |A| off policy, explained variance); this class only feeds
+them, one episode at a time. The per-token summaries, on policy tokens:
 
-* ``pass_rate``, ``mean_score``: over episodes.
-* ``zero_variance_share``: share of episodes in zero-variance groups, split into
-  ``zero_variance_all_pass_share`` and ``zero_variance_all_fail_share`` by whether every member
-  of the group passed or every member failed.
-* ``mean_policy_tokens``, ``mean_tool_tokens``: tokens of that kind per episode.
-* ``mean_abs_advantage``: mean |A| of the trainer's uploaded advantages on policy tokens;
-  ``nonpolicy_advantage_share``: the share of the total |A| mass that sits on prompt and tool
-  tokens (0 in a healthy run: only generated tokens carry a gradient).
-* ``mean_entropy``: mean per-token entropy on policy tokens.
-* ``mean_kl``: mean of ``logprob - ref_logprob`` on policy tokens (the k1 estimate of KL to the
-  reference policy, Schulman 2020, "Approximating KL divergence").
-* ``mean_log_ratio`` / ``max_abs_log_ratio``: ``logprob - rollout_logprob`` on policy tokens, the
-  mismatch between the training and the rollout engine's probabilities.
-* ``explained_variance``: ``1 - Var[G - V] / Var[G]`` over policy tokens (population variances,
-  as ``estimators.explained_variance``), with V the uploaded values and G the undiscounted
-  return-to-go of the effective rewards over the episode's policy tokens.
-* ``useless_credit_share``: :func:`app.core.domain.useless_credit_share` of the positive RLOO outcome
-  credit of passing episodes whose ``meta.calls`` describe their turns (as the batch diagnostics).
+* ``mean_entropy``: the per-token entropy;
+* ``mean_kl``: ``logprob - ref_logprob`` (the k1 estimate of KL to the reference policy);
+* ``mean_log_ratio`` / ``max_abs_log_ratio``: ``logprob - rollout_logprob``;
+* ``explained_variance``: with V the uploaded values and G the undiscounted return-to-go of the
+  effective rewards over the episode's policy tokens.
 
 A metric whose inputs the upload lacks is ``None`` (stored as null).
 """
@@ -36,31 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from app.core import domain
-from app.core.arrays import F64, I32, decode, json_loads
-
-# The per-token signals a step may carry; read from the store row (bytes) when the store has a
-# column for them, else from the parsed episode's field, else from its meta (older uploads of the
-# safetensors format kept them there).
-SIGNALS = ("entropy", "ref_logprobs", "rollout_logprobs")
-
-METRICS = (
-    "pass_rate",
-    "mean_score",
-    "zero_variance_share",
-    "zero_variance_all_pass_share",
-    "zero_variance_all_fail_share",
-    "mean_policy_tokens",
-    "mean_tool_tokens",
-    "mean_abs_advantage",
-    "nonpolicy_advantage_share",
-    "mean_entropy",
-    "mean_kl",
-    "mean_log_ratio",
-    "max_abs_log_ratio",
-    "explained_variance",
-    "useless_credit_share",
-)
+from app.core import domain, metrics
+from app.core.arrays import F64, I32, SIGNAL_FIELDS, decode, json_loads
 
 
 def _array(row: dict, ep: Any, name: str, n: int) -> np.ndarray | None:
@@ -118,10 +84,14 @@ class StepMetrics:
         self.max_abs_log_ratio: float | None = None
         # Explained variance from sums: n, sum G, sum G^2, sum (G-V), sum (G-V)^2.
         self.ev = np.zeros(5)
-        # episode index -> [(effect, policy tokens of the call)] for episodes with meta.calls.
-        self.calls: dict[int, list[tuple[str, int]]] = {}
+        # episode index -> (effect of each call, policy tokens of each call) for passing episodes
+        # with meta.calls (a failing one gets no positive credit).
+        self.calls: dict[int, tuple[list[str], np.ndarray]] = {}
 
     def add(self, row: dict, ep: Any = None) -> None:
+        # Per-token fields (``SIGNAL_FIELDS`` and the rest) come from the store row (bytes) when the
+        # store has a column for them, else from the parsed episode's field, else from its meta
+        # (older uploads of the safetensors format kept them there): :func:`_array`.
         """One episode: ``row`` is its store row (app/core/validate.py prepare_episode), ``ep`` the
         parsed episode it came from (optional; the source of fields the row has no column for)."""
         i = len(self.scores)
@@ -139,7 +109,7 @@ class StepMetrics:
             a = np.abs(adv)
             self.abs_adv_policy.add(a[policy])
             self.abs_adv_other += float(a[~policy].sum())
-        signals = {name: _array(row, ep, name, n) for name in SIGNALS}
+        signals = {name: _array(row, ep, name, n) for name in SIGNAL_FIELDS}
         if signals["entropy"] is not None:
             self.entropy.add(signals["entropy"][policy])
         logp = _array(row, ep, "logprobs", n)
@@ -173,48 +143,35 @@ class StepMetrics:
         tokens = domain.call_tokens(turn_ids, policy, len(calls))
         if tokens is None:
             return
-        self.calls[i] = [
-            (c.get("effect", "other") if isinstance(c, dict) else "other", int(t))
-            for c, t in zip(calls, tokens, strict=True)
-        ]
+        self.calls[i] = (metrics.call_effects(calls), tokens)
 
     def result(self) -> dict[str, float | int | None]:
-        """The step's metrics (:data:`METRICS` plus ``n_episodes``); None where not computable."""
+        """The step's metrics (:data:`app.core.metrics.STEP_METRICS` plus ``n_episodes``); None
+        where not computable."""
         B = len(self.scores)
         scores = np.asarray(self.scores, dtype=np.float64)
         passed = np.asarray(self.passed, dtype=bool)
-        zv = zv_pass = zv_fail = 0
-        for members in domain.groups(self.labels).values():
-            if domain.zero_variance(scores[members]):
-                zv += len(members)
-                zv_pass += len(members) if passed[members].all() else 0
-                zv_fail += len(members) if not passed[members].any() else 0
-        adv_total = self.abs_adv_policy.total + self.abs_adv_other
-        n, sg, sg2, sd, sd2 = self.ev
-        var_g = sg2 / n - (sg / n) ** 2 if n else 0.0
-        var_d = sd2 / n - (sd / n) ** 2 if n else 0.0
-        out: dict[str, float | int | None] = {
+        zv = metrics.zero_variance(scores, self.labels, passed)
+        return {
             "n_episodes": B,
-            "pass_rate": float(passed.mean()) if B else None,
-            "mean_score": float(scores.mean()) if B else None,
-            "zero_variance_share": zv / B if B else None,
-            "zero_variance_all_pass_share": zv_pass / B if B else None,
-            "zero_variance_all_fail_share": zv_fail / B if B else None,
+            "pass_rate": metrics.pass_rate(passed),
+            "mean_score": metrics.mean(scores),
+            "zero_variance_share": zv.share,
+            "zero_variance_all_pass_share": zv.all_pass_share,
+            "zero_variance_all_fail_share": zv.all_fail_share,
             "mean_policy_tokens": self.policy_tokens / B if B else None,
             "mean_tool_tokens": self.tool_tokens / B if B else None,
             "mean_abs_advantage": self.abs_adv_policy.value(),
-            "nonpolicy_advantage_share": self.abs_adv_other / adv_total if adv_total > 0 else None,
+            "nonpolicy_advantage_share": metrics.nonpolicy_share(
+                self.abs_adv_policy.total, self.abs_adv_other
+            ),
             "mean_entropy": self.entropy.value(),
             "mean_kl": self.kl.value(),
             "mean_log_ratio": self.log_ratio.value(),
             "max_abs_log_ratio": self.max_abs_log_ratio,
-            # A relative tolerance: the sums' rounding must not turn constant returns into noise.
-            "explained_variance": float(1 - max(var_d, 0.0) / var_g)
-            if var_g > 1e-12 * max(1.0, sg2 / max(n, 1))
-            else None,
+            "explained_variance": metrics.explained_variance_from_sums(*(float(x) for x in self.ev)),
             "useless_credit_share": self._useless_credit(scores, passed),
         }
-        return out
 
     def _useless_credit(self, scores: np.ndarray, passed: np.ndarray) -> float | None:
         if not self.calls:
@@ -222,9 +179,8 @@ class StepMetrics:
         from app.compute.advantages import outcome_advantages  # torch: imported only when calls are known
 
         rloo = outcome_advantages("rloo", scores, self.labels)
-        by: dict[str, float] = {}
-        for i, calls in self.calls.items():
-            credit = domain.positive_credit(bool(passed[i]), float(rloo[i]), np.array([t for _, t in calls]))
-            for (effect, _), c in zip(calls, credit, strict=True):
-                by[effect] = by.get(effect, 0.0) + float(c)
-        return domain.useless_credit_share(by)
+        by = metrics.credit_by_effect(
+            metrics.CallCredit(effects, tokens, bool(passed[i]), float(rloo[i]))
+            for i, (effects, tokens) in self.calls.items()
+        )
+        return metrics.useless_credit(by)[0]

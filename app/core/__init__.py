@@ -1,2 +1,2 @@
-"""Pure definitions: the domain rules, schemas, schemes, settings, URLs and view state, array codecs and
+"""Pure definitions: the domain rules, the metrics (app/core/metrics.py), schemas, schemes, settings, URLs and view state, array codecs and
 validation. Nothing here touches the database or FastAPI; every other layer imports from here."""

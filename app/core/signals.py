@@ -36,7 +36,9 @@ class Signal(NamedTuple):
     description: str
 
 
-SIGNALS: dict[str, Signal] = {
+# The signal rows a page can show (name -> how to draw it); the raw per-token fields they read are
+# app.core.arrays.SIGNAL_FIELDS.
+SIGNAL_ROWS: dict[str, Signal] = {
     "logprob": Signal(
         "log-prob",
         "sequential",
@@ -87,7 +89,7 @@ def _has(ep: EpisodeArrays, need: str) -> bool:
 
 def available_signals(ep: EpisodeArrays) -> list[str]:
     """The signal names this episode has the arrays for, in catalog order."""
-    return [n for n, s in SIGNALS.items() if all(_has(ep, f) for f in s.needs)]
+    return [n for n, s in SIGNAL_ROWS.items() if all(_has(ep, f) for f in s.needs)]
 
 
 def parse_signals(raw: Sequence[str] | None) -> list[str]:
@@ -99,11 +101,11 @@ def parse_signals(raw: Sequence[str] | None) -> list[str]:
             s = s.strip()
             if not s or s in names:
                 continue
-            if s not in SIGNALS:
+            if s not in SIGNAL_ROWS:
                 raise ApiError(
                     422,
                     "unknown_signal",
-                    f"signal {s!r} is not known; choose from {', '.join(SIGNALS)}.",
+                    f"signal {s!r} is not known; choose from {', '.join(SIGNAL_ROWS)}.",
                     field="signal",
                 )
             names.append(s)
@@ -120,8 +122,8 @@ def signal_values(ep: EpisodeArrays, name: str) -> np.ndarray:
         v = ep.logprobs - ep.ref_logprobs
     elif name == "ratio":
         v = np.exp(ep.logprobs - ep.rollout_logprobs)
-    elif SIGNALS.get(name) and SIGNALS[name].needs[0].startswith(META):
-        v = np.array(_meta_row(ep, SIGNALS[name].needs[0][len(META) :]), dtype=np.float64)
+    elif SIGNAL_ROWS.get(name) and SIGNAL_ROWS[name].needs[0].startswith(META):
+        v = np.array(_meta_row(ep, SIGNAL_ROWS[name].needs[0][len(META) :]), dtype=np.float64)
     else:  # parse_signals guards the names
         raise KeyError(name)
     v = np.asarray(v, dtype=np.float64).copy()
@@ -144,7 +146,7 @@ def signal_rows(ep: EpisodeArrays, names: Sequence[str], as_numpy: bool = False)
             o = v.astype(object)
             o[np.isnan(v)] = None
             vals = o.tolist()
-        out.append({"name": n, "label": SIGNALS[n].label, "scale": SIGNALS[n].scale, "values": vals})
+        out.append({"name": n, "label": SIGNAL_ROWS[n].label, "scale": SIGNAL_ROWS[n].scale, "values": vals})
     return out
 
 
@@ -152,5 +154,5 @@ def catalog() -> list[dict[str, str]]:
     """Every signal the service knows: [{name, label, scale, needs, description}]."""
     return [
         {"name": n, "label": s.label, "scale": s.scale, "needs": list(s.needs), "description": s.description}
-        for n, s in SIGNALS.items()
+        for n, s in SIGNAL_ROWS.items()
     ]

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from urllib.parse import urlencode
 
 from app.core import schemes as sc
-from app.core.signals import SIGNALS
+from app.core.signals import SIGNAL_ROWS
 
 
 def _float(raw: str | None, default: float, lo: float, hi: float) -> float:
@@ -76,7 +76,7 @@ class EpisodeView:
         # `signals=` is read too (a natural spelling); `signal=` is written, like `scheme=`.
         for name in (q.get("signal") or q.get("signals") or "").split(","):
             name = name.strip()
-            if name in SIGNALS and name not in signals:
+            if name in SIGNAL_ROWS and name not in signals:
                 signals.append(name)
         return cls(
             schemes=schemes,

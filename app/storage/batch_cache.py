@@ -4,7 +4,8 @@ read (scores, groups, policy lengths), their [B] advantages per scheme, and the 
 A batch's episodes never change after the upload except by deletion, which lowers
 ``n_episodes``; so (id, created_at, n_episodes) names one state of a batch, and a cached entry
 under an older key is simply never asked for again (LRU eviction removes it). The cache is bounded
-by the episodes it holds (setting CREDITLENS_BATCH_CACHE_EPISODES).
+by the episodes it holds: the app's setting ``batch_cache_episodes`` (CREDITLENS_BATCH_CACHE_EPISODES),
+passed in by each call with the app's settings.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sqlmodel import Session, col, select
 
 from app.compute.advantages import BatchSummary
 from app.core import domain
-from app.core.settings import get_settings
+from app.core.settings import Settings
 from app.storage.models import Batch, Episode
 
 
@@ -32,13 +33,13 @@ class _Cols(NamedTuple):
 
 
 class LRU:
-    """A thread-safe least-recently-used map bounded by the total ``weight`` of its values."""
+    """A thread-safe least-recently-used map bounded by the total ``weight`` of its values (the
+    bound is given with each value: the caller's settings)."""
 
-    def __init__(self, max_weight: Callable[[], int]) -> None:
+    def __init__(self) -> None:
         self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
         self._weight = 0
-        self._max = max_weight
 
     def get(self, key: Hashable) -> Any | None:
         with self._lock:
@@ -48,8 +49,7 @@ class LRU:
             self._data.move_to_end(key)
             return hit[0]
 
-    def put(self, key: Hashable, value: Any, weight: int) -> None:
-        limit = self._max()
+    def put(self, key: Hashable, value: Any, weight: int, limit: int) -> None:
         with self._lock:
             if key in self._data:
                 self._weight -= self._data.pop(key)[1]
@@ -70,8 +70,8 @@ class LRU:
         return len(self._data)
 
 
-_SUMMARIES = LRU(lambda: get_settings().batch_cache_episodes)
-_DIAGNOSTICS = LRU(lambda: get_settings().batch_cache_episodes)
+_SUMMARIES = LRU()
+_DIAGNOSTICS = LRU()
 
 
 def batch_key(session: Session, batch: Batch) -> tuple:
@@ -79,7 +79,7 @@ def batch_key(session: Session, batch: Batch) -> tuple:
     return (str(session.get_bind().url), batch.id, str(batch.created_at), batch.n_episodes)
 
 
-def batch_summary(session: Session, batch: Batch) -> BatchSummary:
+def batch_summary(session: Session, batch: Batch, settings: Settings) -> BatchSummary:
     """The batch's :class:`~app.compute.advantages.BatchSummary`, read from its columns once per state."""
     key = batch_key(session, batch)
     hit = _SUMMARIES.get(key)
@@ -103,11 +103,13 @@ def batch_summary(session: Session, batch: Batch) -> BatchSummary:
     # Only a complete state is cached: a delete between reading the batch row and its episodes
     # gives fewer rows than n_episodes, and that answer must not be reused.
     if len(rows) == batch.n_episodes:
-        _SUMMARIES.put(key, summary, max(len(rows), 1))
+        _SUMMARIES.put(key, summary, max(len(rows), 1), settings.batch_cache_episodes)
     return summary
 
 
-def cached_diagnostics(session: Session, batch: Batch, compute: Callable[[], tuple[dict, int]]) -> dict:
+def cached_diagnostics(
+    session: Session, batch: Batch, compute: Callable[[], tuple[dict, int]], settings: Settings
+) -> dict:
     """The batch's diagnostics: ``compute()`` -> (diagnostics, episodes read) once per state."""
     key = batch_key(session, batch)
     hit = _DIAGNOSTICS.get(key)
@@ -115,7 +117,7 @@ def cached_diagnostics(session: Session, batch: Batch, compute: Callable[[], tup
         return hit
     diag, n = compute()
     if n == batch.n_episodes:
-        _DIAGNOSTICS.put(key, diag, max(n, 1))
+        _DIAGNOSTICS.put(key, diag, max(n, 1), settings.batch_cache_episodes)
     return diag
 
 

@@ -65,8 +65,11 @@ def unwritable_reason(url: str) -> str | None:
     )
 
 
-# Worker threads of one server process (anyio's pool for sync endpoints; app/main.py sets it).
-WORKER_THREADS = 40
+# SQLite connections an engine keeps open between requests. A process runs requests' Python in
+# ``Settings.worker_threads`` threads (default 4, at most 256; app/main.py sets anyio's limiter),
+# plus its ingest and job threads; 40 covers them at the defaults and well beyond, and the pool
+# opens more when needed (no cap, see make_engine).
+SQLITE_POOL_SIZE = 40
 
 
 class _Writer:
@@ -122,13 +125,13 @@ def make_engine(url: str) -> Engine:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # No cap on connections (max_overflow=-1): a SQLite connection is a file handle, and a
-        # capped pool (5 + 10) made requests queue for it behind the 40 worker threads. Kept: as
-        # many as the worker threads, so a busy server reuses its connections instead of opening
-        # (and setting up) a new one per request.
+        # capped pool (5 + 10) made requests queue for it behind the worker threads. Kept:
+        # SQLITE_POOL_SIZE, so a busy server reuses its connections instead of opening (and
+        # setting up) a new one per request.
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 30},
-            pool_size=WORKER_THREADS,
+            pool_size=SQLITE_POOL_SIZE,
             max_overflow=-1,
         )
         _WRITERS[engine] = _Writer(path)

@@ -105,13 +105,16 @@ def test_credit_by_effect_by_hand(client):
     # RLOO of the success = 1 - 0 = 1 on each of its 6 policy tokens: read gets 2 of 6 -> 1/3.
     assert d["useless_credit_share"] == pytest.approx(2 / 6)
     assert d["useless_credit_share_per_call"] == pytest.approx(1 / 3)
+    # Every call counts (the loss's too, with no credit); its RLOO is 0 - 1 = -1: mean (1 - 1) / 2.
     assert d["credit_by_effect"]["decisive_edit"] == {
-        "calls": 1,
-        "tokens": 3,
+        "calls": 2,
+        "tokens": 6,
         "credit": 3.0,
         "call_credit": 1.0,
         "share": 0.5,
         "call_share": pytest.approx(1 / 3),
+        "mean_outcome_advantage": 0.0,
+        "mean_oracle_advantage": None,
     }
 
 
@@ -178,7 +181,7 @@ def test_diagnostics_agree_with_the_simulators_own_figures(client):
     assert d["useless_credit_share"] == pytest.approx(want["useless_credit_share"])
     checked = 0
     for effect, w in want["credit_by_effect"].items():
-        if w.get("positive_credit_share"):
-            assert d["credit_by_effect"][effect]["share"] == pytest.approx(w["positive_credit_share"])
+        if w["share"]:
+            assert d["credit_by_effect"][effect] == pytest.approx({**w, "mean_oracle_advantage": None})
             checked += 1
     assert checked >= 2, want["credit_by_effect"]

@@ -85,6 +85,7 @@ def test_batch_page_diagnostics_and_group_page(page, demo):
     page.wait_for_selector('body[data-ready="1"]')
     why = page.text_content("#zv-why")
     assert "All 8 attempts scored 0" in why and "no gradient" in why
+    assert "8 attempts · 0 passed" in page.text_content("#g-meta")  # the API's `passed`
     assert page.locator('tr[data-baseline="grpo"] td').all_text_contents() == ["0"] * 8
     shot(page, "group-zero-variance")
     assert not page.probe.errors and not page.probe.csp_violations()

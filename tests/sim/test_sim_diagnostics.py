@@ -49,9 +49,11 @@ def test_hand_built_batch():
     # 4 (edit) and 3 (submit) policy tokens: positive credit 3 + 4 + 3 = 10, useless 3 -> 0.3.
     assert d["useless_credit_share"] == pytest.approx(0.3)
     cbe = d["credit_by_effect"]
-    assert cbe["decisive_edit"]["positive_credit_share"] == pytest.approx(0.4)
+    # The batch diagnostics' shape (app/core/metrics.py credit_by_effect): edit 4 of the 10.
+    assert cbe["decisive_edit"]["share"] == pytest.approx(0.4)
+    assert cbe["decisive_edit"]["credit"] == 4.0 and cbe["decisive_edit"]["tokens"] == 4
     # wrong_edit: -1 in group a, 0 and 0 in group b -> mean -1/3.
-    assert cbe["wrong_edit"]["n_calls"] == 3
+    assert cbe["wrong_edit"]["calls"] == 3 and cbe["wrong_edit"]["credit"] == 0.0
     assert cbe["wrong_edit"]["mean_outcome_advantage"] == pytest.approx(-1 / 3)
     # Oracle: success turns 0 + 0.5 - 0.5 = 0 (read), 0 + 1 - 0.5 = 0.5 (edit), 1 + 0 - 1 = 0 (submit).
     assert oracle_turn_advantages(eps[0]) == pytest.approx([0.0, 0.5, 0.0])

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from app.compute.diagnostics import GROUP_DETAIL_BASELINES, group_detail
 from app.core import urls
 from app.core.arrays import json_loads
 from app.core.errors import not_found
 from app.core.schemas import BatchOut, BatchSummaryOut, EpisodeSummary, ErrorOut, GroupOut
+from app.core.settings import Settings
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
 from app.storage.batch_cache import batch_summary, cached_diagnostics
@@ -72,7 +73,7 @@ PAGE_DEFAULT = 500
 PAGE_MAX = 5000
 
 
-def _diagnostics(session, b: Batch) -> dict:
+def _diagnostics(session, b: Batch, settings: Settings) -> dict:
     """The batch's diagnostics: stored at ingest (batch_stats), read once per worker and batch
     state (app/storage/batch_cache.py); a batch stored before that table existed computes them here."""
 
@@ -82,7 +83,7 @@ def _diagnostics(session, b: Batch) -> dict:
             return json_loads(row.diagnostics_json), row.n_episodes
         return compute_batch_diagnostics(session, b.id)
 
-    return cached_diagnostics(session, b, read)
+    return cached_diagnostics(session, b, read, settings)
 
 
 @router.get(
@@ -92,6 +93,7 @@ def _diagnostics(session, b: Batch) -> dict:
     summary="A batch with diagnostics and one page of its episodes",
 )
 def get_batch(
+    request: Request,
     session: SessionDep,
     batch_id: str = BatchRef,
     limit: int = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="episodes per page"),
@@ -100,7 +102,7 @@ def get_batch(
     b = batch_by_ref_or_404(session, batch_id)
     batch_id = b.id
     total = b.n_episodes
-    diagnostics = _diagnostics(session, b)
+    diagnostics = _diagnostics(session, b, request.app.state.settings)
     rows = batch_summaries(session, batch_id, limit=limit, offset=offset)
     if not rows and offset < total and get_batch_row(session, batch_id) is None:
         raise not_found(f"Batch {batch_id}")  # deleted while we read it
@@ -127,10 +129,10 @@ def get_batch(
     responses=ERRORS,
     summary="One group: each member's outcome advantage under every baseline",
 )
-def get_group(group: str, session: SessionDep, batch_id: str = BatchRef):
+def get_group(request: Request, group: str, session: SessionDep, batch_id: str = BatchRef):
     b = batch_by_ref_or_404(session, batch_id)
     batch_id = b.id
-    summary_ = batch_summary(session, b)
+    summary_ = batch_summary(session, b, request.app.state.settings)
     idx = summary_.members(group)
     rows = group_summaries(session, batch_id, group)
     if len(rows) == len(idx):

@@ -9,6 +9,7 @@ from app.compute.advantages import BatchContext, episode_advantages
 from app.core import schemes as sc
 from app.core.errors import not_found
 from app.core.schemas import AdvantagesOut, EpisodeOut, ErrorOut, SignalsOut
+from app.core.settings import Settings
 from app.core.signals import available_signals, parse_signals, signal_rows
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
@@ -40,14 +41,14 @@ def get_episode(slug: str, session: SessionDep):
     return json_response(body)
 
 
-def batch_context(session: Session, batch_id: int, slug: str, max_cells: int = 0) -> BatchContext:
+def batch_context(session: Session, batch_id: int, slug: str, settings: Settings) -> BatchContext:
     """The episode's batch as the outcome schemes need it: the [B] summaries of the batch (read
     once per worker and batch state, app/storage/batch_cache.py); the arrays only on demand. An episode or
     batch deleted meanwhile is a 404, never a 500."""
     batch = get_batch(session, batch_id)
     ctx = None
     if batch is not None:
-        summary = batch_summary(session, batch)
+        summary = batch_summary(session, batch, settings)
 
         def load_rows(rows: list[int]) -> list:
             by_row = {i: s for s, i in summary.slugs.items()}
@@ -57,7 +58,7 @@ def batch_context(session: Session, batch_id: int, slug: str, max_cells: int = 0
             slug,
             load_all=lambda: [episode_arrays(e) for e in batch_episodes(session, batch_id)],
             load_rows=load_rows,
-            max_cells=max_cells,
+            max_cells=settings.max_compute_cells,
         )
     if ctx is None:
         raise not_found(f"Episode {slug!r}")
@@ -93,7 +94,7 @@ def get_advantages(
     signals = parse_signals(signal)
     ep = episode_or_404(session, slug)
     arrays = episode_arrays(ep)
-    ctx = batch_context(session, ep.batch_id, ep.slug, request.app.state.settings.max_compute_cells)
+    ctx = batch_context(session, ep.batch_id, ep.slug, request.app.state.settings)
     ctx.audit = lambda: episode_audit(session, ep, request.app.state.settings)
     payload = episode_advantages(
         arrays, ctx, schemes=scheme, gamma=gamma, lam=lam, baseline=baseline, critic=critic, as_numpy=True

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlmodel import select
 
-from app.core import schemes, urls
+from app.core import metrics, schemes, urls
 from app.core import views as st
 from app.core.errors import error_body
 from app.core.signals import catalog as signal_catalog
@@ -141,7 +141,9 @@ async def run_page(request: Request, run_id: str, session: SessionDep) -> Respon
     run = run_by_ref(session, run_id)
     if run is None:
         return not_found_page(request, f"Run {run_id}")
-    ctx = {"initial": {**page, "api": api}, "run_id": run_id, "name": run.name}
+    # The metrics' names, labels and formats (app/core/metrics.py): the page draws what they say.
+    initial = {**page, "api": api, "figures": metrics.run_figures(), "labels": metrics.labels()}
+    ctx = {"initial": initial, "run_id": run_id, "name": run.name}
     return render(request, "run.html", {**ctx, "og": run_og(request, session, run_id)})
 
 

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.metrics import METRICS
+
 W, H = 1200, 630
 MARGIN = 40
 LABEL_W = 210
@@ -93,12 +95,10 @@ def batch_layout(n_bins: int, n_episodes: int) -> tuple[list[tuple[int, int, int
     return bars, cells
 
 
-# The run image's panels: the run page's main metrics (static/run.js FIGURES), one colour each.
-RUN_PANELS = (
-    ("pass_rate", "pass rate"),
-    ("mean_score", "mean score"),
-    ("zero_variance_share", "zero-variance share"),
-    ("mean_abs_advantage", "mean |A| on policy tokens"),
+# The run image's panels: the run page's main metrics (labels: app/core/metrics.py), one colour each.
+RUN_PANELS = tuple(
+    (name, METRICS[name].label)
+    for name in ("pass_rate", "mean_score", "zero_variance_share", "mean_abs_advantage")
 )
 RUN_LINE_W = 4  # the run image's line width (px)
 
