@@ -27,6 +27,7 @@ import numpy as np
 
 from app.core.schemas import EpisodeIn
 from app.core.tokenize import tokenize
+from app.ingest._chat import add_text
 from app.ingest._common import (
     Parsed,
     Record,
@@ -126,7 +127,10 @@ def _render_item(b: SpanBuilder, item: dict, rec: Record, f: str, seeded: bool =
         text = content_text(item.get("content"), rec, f + ".content")
         if role == "assistant":
             b.open_assistant()
-            b.text(text, pol)
+            if seeded:
+                b.text(text, pol)
+            else:  # tool spans left inside the text (app/ingest/_chat.py text rule)
+                add_text(b, text)
             b.add(["<|end|>"], pol)
             b.add(["\n"], "prompt")
         else:

@@ -2,10 +2,10 @@
 rollout per line.
 
 * ``prompt`` and ``completion``: chat message lists (or plain strings). The prompt is prompt
-  tokens; in the completion each assistant message is one policy turn (its text and its
-  ``tool_calls``, given as objects or as JSON strings of objects, rendered
-  ``<tool_call>name {arguments}</tool_call>``), ``tool`` messages are tool tokens and other
-  roles (an environment's user turns) prompt;
+  tokens; the completion follows the message rule of app/ingest/_chat.py: each assistant message
+  is one policy turn (its text, split by the tool-span text rule, and its ``tool_calls``, given as
+  objects or as JSON strings of objects, rendered ``<tool_call>name {arguments}</tool_call>``),
+  ``tool`` messages are tool tokens and other roles (an environment's user turns) prompt;
 * ``reward`` is the outcome; the per-reward-function columns (``correct_answer_reward_func``,
   ...), ``answer``, ``task``, ``info`` and the other scalar columns go to meta;
 * the rollouts of one example share ``example_id`` (older files: ``id``): that is the group
@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.core.schemas import EpisodeIn
+from app.ingest._chat import render_messages
 from app.ingest._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
-from app.ingest._spans import SpanBuilder, content_text, parse_tool_call
+from app.ingest._spans import SpanBuilder, content_text
 
 NAME = "verifiers"
 DESCRIPTION = (
@@ -73,19 +74,7 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     if not completion or completion == [{"role": "assistant", "content": ""}]:
         # A failed generation: the model's (empty) answer is its stop token, as TRL shows one.
         completion = [{"role": "assistant", "content": ""}]
-    for i, m in enumerate(completion):
-        f = f"completion[{i}]"
-        role = m["role"]
-        text = content_text(m.get("content"), rec, f + ".content")
-        if role == "assistant":
-            b.end_turn()
-            b.open_assistant()
-            b.text(text, "policy")
-            for j, call in enumerate(m.get("tool_calls") or []):
-                b.tool_call(*parse_tool_call(call, rec, f"{f}.tool_calls[{j}]"))
-            b.close_assistant()
-        else:
-            b.message(role, text, "tool" if role in ("tool", "function") else "prompt")
+    render_messages(b, completion, rec, "completion")  # the one message rule (app/ingest/_chat.py)
     meta: dict[str, Any] = scalar_meta(obj, {"reward", "prompt", "completion"})
     for key in ("info", "answer", "metrics"):
         if isinstance(obj.get(key), (dict, list)):

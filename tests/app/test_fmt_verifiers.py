@@ -106,3 +106,22 @@ def test_bad_records_name_line_episode_field(client):
         err = r.json()["error"]
         assert (err["field"], err["line"], err["episode"]) == (field, 2, 2), err
     assert row_counts(client) == (0, 0)
+
+
+def test_tool_responses_inside_assistant_text_are_tool_tokens(client):
+    """A completion whose assistant text carries the whole multi-turn exchange (a stripped
+    template): the shared text rule (app/ingest/_chat.py) makes the tool response tool tokens."""
+    content = (
+        '<tool_call>{"name": "f"}</tool_call>\nuser\n<tool_response>42</tool_response>\nassistant\nIt is 42.'
+    )
+    row = {
+        "example_id": 0,
+        "prompt": "q?",
+        "completion": [{"role": "assistant", "content": content}],
+        "reward": 1.0,
+    }
+    _, [ep] = stored(client, "r.jsonl", json.dumps(row))
+    assert text(ep, "tool") == "<tool_response>42</tool_response>"
+    assert "It is 42." in text(ep, "policy") and "42</tool_response>" not in text(ep, "policy")
+    assert len(set(pick(ep, "policy", "turn_ids"))) == 2
+    assert_no_credit_off_policy(client, ep)

@@ -87,7 +87,8 @@ def get_advantages(
     critic: str = Query(sc.DEFAULT_CRITIC, description="upload (the uploaded values) or zero (V = 0)"),
     signal: list[str] = Query(
         [],
-        description="per-token signal rows, repeat or comma-separate: logprob, entropy, kl, ratio "
+        description="per-token signal rows, repeat or comma-separate: logprob, entropy, kl, ratio, token_scores, "
+        "token_weights "
         "(left out when the episode lacks their arrays; see `available_signals`)",
     ),
 ):
@@ -109,13 +110,14 @@ def get_advantages(
     "/api/episodes/{slug}/signals",
     response_model=SignalsOut,
     responses=ERRORS,
-    summary="Per-token signal rows: logprob, entropy, kl, ratio (those the episode has data for)",
+    summary="Per-token signal rows: logprob, entropy, kl, ratio, token_scores, token_weights (those the episode has data for)",
 )
 def get_signals(
     slug: str,
     session: SessionDep,
     signal: list[str] = Query(
-        [], description="repeat or comma-separate: logprob, entropy, kl, ratio (default: every one available)"
+        [],
+        description="repeat or comma-separate: logprob, entropy, kl, ratio, token_scores, token_weights (default: every one available)",
     ),
 ):
     names = parse_signals(signal)
