@@ -9,16 +9,18 @@ creditlens watch DIR --run NAME [--server URL] [--token TOKEN] [--format auto] [
 creditlens compute FILE --scheme outcome,token_gae [--gamma 1] [--lam 0.95] [--baseline rloo]
                    [--critic upload] [--format auto] [--out FILE]
 creditlens audit FILE [--format auto] [--json]    (exit 1 when a finding is an error)
+creditlens du [RUN ...] [--server URL] [--token TOKEN] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
-from app.core import schemes
+from app.core import schemes, urls
 
 
 def _db_url(db: str) -> str:
@@ -233,6 +235,83 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 1 if body["n_errors"] else 0
 
 
+def human_bytes(n: int) -> str:
+    """``n`` bytes as the ``du -h`` style text: 512 B, 3.4 kB, 12.0 MB, 1.2 GB (powers of 1000)."""
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+def du_rows(runs: list[dict]) -> list[dict]:
+    """One row per run (a ``GET /api/runs/{id}`` answer): steps, episodes seen and kept, bytes."""
+    return [
+        {
+            "ref": r["ref"],
+            "name": r["name"],
+            "steps": len(r["steps"]),
+            "episodes_seen": sum(s["n_episodes_seen"] for s in r["steps"]),
+            "episodes_kept": sum(s["n_episodes_kept"] for s in r["steps"]),
+            "stored_bytes": r["stored_bytes"],
+        }
+        for r in runs
+    ]
+
+
+def du_text(rows: list[dict]) -> str:
+    """The table ``creditlens du`` prints, with a total line."""
+    head = f"{'stored':>10}  {'steps':>6}  {'episodes kept / seen':>22}  run"
+    lines = [head]
+    for r in rows:
+        kept = f"{r['episodes_kept']:,} / {r['episodes_seen']:,}"
+        lines.append(
+            f"{human_bytes(r['stored_bytes']):>10}  {r['steps']:>6}  {kept:>22}  {r['ref']} {r['name']}"
+        )
+    total = sum(r["stored_bytes"] for r in rows)
+    lines.append(f"{human_bytes(total):>10}  total of {len(rows)} run(s)")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_du(args: argparse.Namespace) -> int:
+    """Disk use of runs on a server: every public run, or the ones named (ids, or slugs)."""
+    import httpx
+
+    headers = {}
+    token = args.token or os.environ.get("CREDITLENS_READ_TOKEN")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    base = args.server.rstrip("/")
+    try:
+        with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
+            refs = list(args.runs)
+            if not refs:
+                offset = 0
+                while True:
+                    r = http.get(urls.API_RUNS, params={"limit": 1000, "offset": offset})
+                    r.raise_for_status()
+                    page = r.json()
+                    refs += [run["ref"] for run in page]
+                    offset += len(page)
+                    if len(page) < 1000:
+                        break
+            runs = []
+            for ref in refs:
+                r = http.get(f"{urls.API_RUNS}/{ref}")
+                if r.status_code != 200:
+                    message = r.json().get("error", {}).get("message", r.text[:300]) if r.text else ""
+                    print(f"creditlens du: run {ref}: {r.status_code} {message}", file=sys.stderr)
+                    return 1
+                runs.append(r.json())
+    except httpx.HTTPError as e:
+        print(f"creditlens du: could not read {base}: {e}", file=sys.stderr)
+        return 1
+    rows = du_rows(runs)
+    sys.stdout.write(json.dumps(rows) + "\n" if args.json else du_text(rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="creditlens", description="See which tokens got the credit.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -290,6 +369,15 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--format", default="auto", help="auto or a format name (see GET /api/formats)")
     a.add_argument("--json", action="store_true", help="print the JSON answer of GET /api/batches/{id}/audit")
     a.set_defaults(fn=cmd_audit)
+
+    d = sub.add_parser(
+        "du", help="the disk use of training runs on a server: stored bytes, episodes kept / seen"
+    )
+    d.add_argument("runs", nargs="*", help="run ids or slugs (default: every public run)")
+    d.add_argument("--server", default=os.environ.get("CREDITLENS_SERVER", "http://127.0.0.1:8000"))
+    d.add_argument("--token", help="the server's read token, if it has one (default: $CREDITLENS_READ_TOKEN)")
+    d.add_argument("--json", action="store_true", help="one JSON list instead of the table")
+    d.set_defaults(fn=cmd_du)
     return p
 
 

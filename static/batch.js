@@ -112,7 +112,10 @@ function render(b) {
   const groups = diag.groups || [];
   $("b-name").textContent = b.name || `Batch ${b.id}`;
   document.title = `${b.name || "Batch " + b.id} · creditlens`;
-  $("b-meta").textContent = `${b.total ?? b.n_episodes ?? eps.length} episodes · ${groups.length} groups · source ${b.source || "—"} · created ${(b.created_at || "").replace("T", " ").slice(0, 19)}`;
+  const stored = b.total ?? b.n_episodes ?? eps.length;
+  // A run step with `keep`: its metrics and diagnostics count every episode, only some are stored.
+  const count = b.n_episodes_seen > stored ? `${stored} of ${b.n_episodes_seen} episodes kept` : `${stored} episodes`;
+  $("b-meta").textContent = `${count} · ${groups.length} groups · source ${b.source || "—"} · created ${(b.created_at || "").replace("T", " ").slice(0, 19)}`;
 
   const zvGroups = diag.zero_variance_groups || groups.filter((g) => g.zero_variance).map((g) => g.group);
   const cards = [

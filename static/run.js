@@ -96,7 +96,7 @@ function stepRow(s) {
     {},
     el("td", { class: "num" }, String(s.step)),
     el("td", {}, el("a", { href: urls.batch(s.batch_ref ?? s.batch_id) }, `batch ${s.batch_id}`)),
-    el("td", { class: "num" }, String(s.n_episodes)),
+    el("td", { class: "num" }, s.n_episodes_seen > s.n_episodes ? `${s.n_episodes} of ${s.n_episodes_seen} kept` : String(s.n_episodes)),
     ...STEP_COLUMNS.map((name) => el("td", { class: "num" }, fmt(s.metrics[name]))),
   );
 }

@@ -165,6 +165,9 @@ class BatchSummaryOut(BaseModel):
     source: str
     created_at: str
     n_episodes: int
+    n_episodes_seen: int = Field(
+        description="episodes the upload had: more than n_episodes when a run's keep stored only some"
+    )
     ref: int | str = Field(description="what its URLs carry: the id when public, the slug when unlisted")
     url: str
     visibility: Literal["public", "unlisted"]
@@ -231,6 +234,21 @@ class RunIn(BaseModel):
     visibility: Literal["public", "unlisted"] | None = Field(
         None, description="unlisted: never listed, reachable only by its slug (default: the server's setting)"
     )
+    keep: int | None = Field(
+        None,
+        gt=0,
+        le=2**31 - 1,
+        description="episodes kept in full per step (whole groups: flagged ones first, then the largest "
+        "|A| and the extremes of reward, then random); metrics, audit and prompt history still count every "
+        "episode. Default: every episode is kept.",
+    )
+    keep_every: int | None = Field(
+        None,
+        gt=0,
+        le=2**31 - 1,
+        description="thin older steps: once a newer step is stored, only steps that are multiples of "
+        "keep_every keep their episodes (their metrics stay). Default: no thinning.",
+    )
 
 
 class RunCreatedOut(BaseModel):
@@ -253,6 +271,9 @@ class RunSummaryOut(BaseModel):
     created_at: str
     n_steps: int
     last_step: int | None = Field(None, description="the highest step logged so far (null: none yet)")
+    keep: int | None = Field(None, description="episodes kept in full per step (null: all)")
+    keep_every: int | None = Field(None, description="older steps thinned to multiples of this (null: none)")
+    stored_bytes: int = Field(0, description="bytes the run's stored rows take (arrays, tokens, meta)")
 
 
 class RunStepOut(BaseModel):
@@ -263,6 +284,9 @@ class RunStepOut(BaseModel):
     batch_ref: int | str
     url: str
     n_episodes: int
+    n_episodes_seen: int = Field(description="episodes the step had (every one is in its metrics)")
+    n_episodes_kept: int = Field(description="episodes stored in full (0 once thinned by keep_every)")
+    stored_bytes: int = Field(0, description="bytes the step's stored rows take")
     metrics: dict[str, float | int | None]
 
 
@@ -274,9 +298,12 @@ class RunOut(RunSummaryOut):
 
 
 class StepUploadOut(UploadOut):
-    """201 answer of POST /api/runs/{id}/steps/{step}: the uploads answer plus the step."""
+    """201 answer of POST /api/runs/{id}/steps/{step}: the uploads answer plus the step. ``episodes``
+    lists the kept episodes."""
 
     step: int
+    n_episodes_seen: int = Field(description="episodes the step had (every one is in its metrics)")
+    n_episodes_kept: int = Field(description="episodes stored in full (the run's keep)")
 
 
 # One episode of a batch without its arrays: the batch API's episode row plus the meta JSON the

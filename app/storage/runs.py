@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from typing import Any, NamedTuple
 
-from sqlalchemy import delete, func
+from sqlalchemy import delete, func, update
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
@@ -39,6 +39,8 @@ class StepRow(NamedTuple):
     metrics_json: str | None
     batch_visibility: str = PUBLIC
     batch_slug: str | None = None
+    n_episodes_seen: int | None = None
+    stored_bytes: int | None = None
 
     @property
     def batch_ref(self) -> int | str:
@@ -47,10 +49,16 @@ class StepRow(NamedTuple):
 
 
 def create_run(
-    session: Session, name: str, config: dict[str, Any], visibility: str = PUBLIC
+    session: Session,
+    name: str,
+    config: dict[str, Any],
+    visibility: str = PUBLIC,
+    keep: int | None = None,
+    keep_every: int | None = None,
 ) -> tuple[Run, str]:
     """Store a new run; returns it and its delete token (shown once; only the hash is stored).
-    ``visibility``: public, or unlisted (reachable only by its slug; its steps inherit it)."""
+    ``visibility``: public, or unlisted (reachable only by its slug; its steps inherit it).
+    ``keep``: episodes kept in full per step; ``keep_every``: the thinning of older steps."""
     token = secrets.token_urlsafe(24)
     run = Run(
         name=text_column(name) or "",
@@ -58,6 +66,8 @@ def create_run(
         delete_token_hash=hash_token(token),
         visibility=visibility,
         slug=new_slug(),
+        keep=keep,
+        keep_every=keep_every,
     )
     session.add(run)
     session.commit()
@@ -133,11 +143,57 @@ def count_runs(session: Session, *, name: str | None = None) -> int:
 def run_steps(session: Session, run_id: int) -> list[StepRow]:
     """Every step of a run in step order: one query over the batch table (no episodes)."""
     stmt = (
-        select(Batch.step, Batch.id, Batch.n_episodes, Batch.metrics_json, Batch.visibility, Batch.slug)
+        select(
+            Batch.step,
+            Batch.id,
+            Batch.n_episodes,
+            Batch.metrics_json,
+            Batch.visibility,
+            Batch.slug,
+            Batch.n_episodes_seen,
+            Batch.stored_bytes,
+        )
         .where(Batch.run_id == run_id)
         .order_by(col(Batch.step))
     )
     return [StepRow(*r) for r in session.execute(stmt).all()]
+
+
+def stored_bytes(session: Session, run_ids: list[int]) -> dict[int, int]:
+    """run id -> the bytes its steps' stored rows take (one query)."""
+    if not run_ids:
+        return {}
+    stmt = (
+        select(Batch.run_id, func.coalesce(func.sum(Batch.stored_bytes), 0))
+        .where(col(Batch.run_id).in_(run_ids))
+        .group_by(Batch.run_id)
+    )
+    return {int(r): int(b) for r, b in session.execute(stmt).all()}
+
+
+def thin_steps(session: Session, run_id: int, newest: int, every: int) -> list[int]:
+    """``keep_every``: drop the episodes of the run's steps older than ``newest`` that are not
+    multiples of ``every`` (their metrics, diagnostics, audit counts and prompt history stay; the
+    batch keeps its row with 0 episodes). Returns the thinned steps."""
+    stmt = select(Batch.id, Batch.step).where(
+        Batch.run_id == run_id, col(Batch.step) < newest, Batch.n_episodes > 0, col(Batch.step) % every != 0
+    )
+    found = session.execute(stmt).all()
+    if not found:
+        return []
+    ids = [b for b, _ in found]
+    with writing(session):
+        try:
+            # Their audit references go by ON DELETE CASCADE.
+            session.execute(delete(Episode).where(col(Episode.batch_id).in_(ids)))
+            session.execute(update(Batch).where(col(Batch.id).in_(ids)).values(n_episodes=0, stored_bytes=0))
+            # What was computed of them at ingest still describes the step as it came.
+            session.execute(update(BatchStats).where(col(BatchStats.batch_id).in_(ids)).values(n_episodes=0))
+            session.commit()
+        except Exception:
+            session.rollback()
+            raise
+    return sorted(s for _, s in found)
 
 
 def step_batch_id(session: Session, run_id: int, step: int) -> int | None:

@@ -21,14 +21,20 @@ from sqlalchemy import func, insert, or_
 from sqlalchemy.orm.exc import ObjectDeletedError, StaleDataError
 from sqlmodel import Session, col, select
 
+from app.compute.episode_fields import add_findings, episode_fields
+from app.compute.retention import choose
+from app.compute.step_audit import StepAudit, kept_audit, step_audit
 from app.compute.step_metrics import StepMetrics
 from app.core import urls
 from app.core.arrays import json_dumps, pack_row
 from app.core.errors import ApiError, not_found
+from app.core.metrics import AUDIT_ERRORS
+from app.core.packing import pack
 from app.core.resources import demo_dir
 from app.core.schemas import EpisodeIn
 from app.core.settings import Settings
 from app.core.validate import prepare_episode, text_column
+from app.storage.audit_models import BatchAudit, EpisodeAudit
 from app.storage.db import writing
 from app.storage.models import Batch, BatchStats, Episode
 
@@ -49,6 +55,7 @@ class CreatedBatch(BaseModel):
     visibility: str = "public"
     url: str = ""
     api_url: str = ""
+    n_episodes_seen: int = 0  # before retention (a run step's keep)
 
 
 PUBLIC = "public"
@@ -148,6 +155,7 @@ def create_batch_streaming(
     run_id: int | None = None,
     step: int | None = None,
     visibility: str = PUBLIC,
+    keep: int | None = None,
 ) -> CreatedBatch:
     """:func:`create_batch` over ``(line, episode)`` pairs produced lazily (uploads): each episode is
     validated and encoded as it is parsed, so only compact rows are held, never every episode's
@@ -155,7 +163,9 @@ def create_batch_streaming(
 
     ``run_id``/``step``: the batch is that step of that run; its metrics (app/compute/step_metrics.py) are
     computed here, as the episodes stream, and stored with it. A step the run already has raises
-    sqlalchemy's IntegrityError (the unique constraint decides, also between concurrent posts)."""
+    sqlalchemy's IntegrityError (the unique constraint decides, also between concurrent posts).
+    A step's audit and its episodes' search fields are computed over every episode too, and then
+    ``keep`` (the run's) chooses the episodes stored in full (app/compute/retention.py)."""
     rows = []
     limit = settings.max_episodes_per_upload if settings is not None else None
     metrics = StepMetrics() if run_id is not None else None
@@ -167,29 +177,75 @@ def create_batch_streaming(
             metrics.add(rows[-1], ep)
     if not rows:
         raise ApiError(422, "empty_upload", "the upload holds no episodes.")
-    extra = (
-        {}
-        if metrics is None
-        else {"run_id": run_id, "step": step, "metrics_json": json_dumps(metrics.result())}
+    if metrics is None:
+        return _store_rows(session, rows, name=name, source=source, meta=meta, visibility=visibility)
+    result = metrics.result()
+    fields = [episode_fields(row) for row in rows]
+    audit = step_audit(rows, settings)
+    if audit is not None:
+        add_findings(fields, audit.body["findings"])
+        result[AUDIT_ERRORS] = sum(1 for f in audit.body["findings"] if f["severity"] == "error")
+    for row, f in zip(rows, fields, strict=True):
+        row.update(f.columns(), run_id=run_id, step=step)
+    kept = None
+    if keep is not None and len(rows) > keep:
+        kept = choose(
+            [r["group"] for r in rows],
+            [f.flagged for f in fields],
+            [f.max_abs_adv for f in fields],
+            [r["reward"] for r in rows],
+            keep,
+            seed=step or 0,
+        )
+    return _store_rows(
+        session,
+        rows,
+        name=name,
+        source=source,
+        meta=meta,
+        visibility=visibility,
+        kept=kept,
+        audit=audit,
+        run_id=run_id,
+        step=step,
+        metrics_json=json_dumps(result),
+        n_episodes_seen=len(rows),
     )
-    return _store_rows(session, rows, name=name, source=source, meta=meta, visibility=visibility, **extra)
 
 
 def _store_rows(
-    session: Session, rows: list[dict], *, name: str, source: str, meta: dict | None, **columns
+    session: Session,
+    rows: list[dict],
+    *,
+    name: str,
+    source: str,
+    meta: dict | None,
+    kept: list[int] | None = None,
+    audit: StepAudit | None = None,
+    **columns,
 ) -> CreatedBatch:
     """Write a batch and its prepared episode rows in one transaction. ``columns``: more batch
-    columns (a run step's ``run_id``, ``step``, ``metrics_json``)."""
+    columns (a run step's ``run_id``, ``step``, ``metrics_json``, ``n_episodes_seen``). ``kept``:
+    the indices of the rows to store (None: all; the diagnostics still describe all of them);
+    ``audit``: the step's audit over all of them, stored for the kept ones."""
     from app.storage.batch_stats import diagnostics_of_rows
 
     delete_token = secrets.token_urlsafe(24)
-    slugs = [new_slug() for _ in rows]
-    for i, (row, slug) in enumerate(zip(rows, slugs, strict=True)):
-        row["slug"] = slug
-        row["position"] = i
+    for i, row in enumerate(rows):
+        row["slug"] = new_slug()
+        row["position"] = i  # the place in the upload, also when some are not kept
     # Everything is computed before the write turn, which then holds only the inserts.
     diagnostics = diagnostics_of_rows(rows)
-    stored = sum(pack_row(row) for row in rows)
+    n_seen = len(rows)
+    kept = list(range(n_seen)) if kept is None else kept
+    rows = [rows[i] for i in kept]
+    slugs = [row["slug"] for row in rows]
+    stored = 0
+    if audit is not None:
+        audit_body = kept_audit(audit.body, kept, slugs, [row["kinds"] for row in rows])
+        refs = [pack(audit.refs[i].astype("<f8")) for i in kept]
+        stored += sum(map(len, refs))
+    stored += sum(pack_row(row) for row in rows)
     batch = Batch(
         name=text_column(name) or "",
         source=source,
@@ -218,6 +274,8 @@ def _store_rows(
             ids = dict(
                 session.execute(select(Episode.slug, Episode.id).where(Episode.batch_id == batch.id)).all()
             )
+            if audit is not None:
+                _insert_audit(session, batch.id, len(rows), audit, audit_body, [ids[s] for s in slugs], refs)
             session.commit()
         except Exception:
             session.rollback()
@@ -230,6 +288,30 @@ def _store_rows(
         visibility=batch.visibility,
         url=urls.batch(ref),
         api_url=urls.api_batch(ref),
+        n_episodes_seen=n_seen,
+    )
+
+
+def _insert_audit(
+    session: Session, batch_id: int, n: int, audit: StepAudit, body: dict, ids: list[int], refs: list[bytes]
+) -> None:
+    """The step's audit rows (app/storage/audit_models.py), in the batch's transaction."""
+    session.execute(
+        insert(BatchAudit),
+        [
+            {
+                "batch_id": batch_id,
+                "n_episodes": n,
+                "n_errors": body["n_errors"],
+                "searched": body["searched"],
+                "result_json": json_dumps(body),
+                "seconds": audit.seconds,
+            }
+        ],
+    )
+    session.execute(
+        insert(EpisodeAudit),
+        [{"episode_id": i, "batch_id": batch_id, "reference": r} for i, r in zip(ids, refs, strict=True)],
     )
 
 

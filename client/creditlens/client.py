@@ -95,10 +95,14 @@ class Client:
         self.strict = strict
         self._runs: list[Run] = []
 
-    def run(self, name: str, config: dict | None = None, resume: bool = False) -> Run:
+    def run(
+        self, name: str, config: dict | None = None, resume: bool = False, keep: int | None = None
+    ) -> Run:
         """A run on the server (created now when the server answers; else by the sender thread
-        before its first batch). ``resume=True`` reuses the newest run of that name."""
-        run = Run(self, name, config or {}, resume)
+        before its first batch). ``resume=True`` reuses the newest run of that name. ``keep``: the
+        episodes the server keeps in full per step (whole groups, the telling ones first; its
+        metrics still count every episode); None keeps every one."""
+        run = Run(self, name, config or {}, resume, keep)
         self._runs.append(run)
         return run
 
@@ -125,11 +129,14 @@ class _Retry(Exception):
 class Run:
     """One training run. Use :meth:`log` / :meth:`log_tensors` once per training step."""
 
-    def __init__(self, client: Client, name: str, config: dict, resume: bool) -> None:
+    def __init__(
+        self, client: Client, name: str, config: dict, resume: bool, keep: int | None = None
+    ) -> None:
         self._client = client
         self.name = name
         self.config = config
         self.resume = resume
+        self.keep = keep
         self.id: int | None = None
         self.url: str | None = None
         self.delete_token: str | None = None
@@ -429,7 +436,10 @@ class Run:
                         return
                 elif r.status_code >= 500:
                     raise _Retry(f"HTTP {r.status_code}")
-            r = http.post("/api/runs", json={"name": self.name, "config": self.config}, **kw)
+            new = {"name": self.name, "config": self.config}
+            if self.keep is not None:
+                new["keep"] = self.keep
+            r = http.post("/api/runs", json=new, **kw)
         except httpx.TransportError as e:
             raise _Retry(str(e)) from None
         if r.status_code >= 500 or r.status_code == 429:

@@ -65,7 +65,10 @@ def test_intact_im_markers_and_several_responses(client):
     )
     _, [ep, ep2] = stored(client, "r.jsonl", _line(out) + _line("no tools here", 0.0))
     assert text(ep, "tool") == "<tool_response>\nR1\n</tool_response><tool_response>\nR2\n</tool_response>"
-    assert text(ep, "policy") == '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call><|im_end|>Done<|im_end|>'
+    assert (
+        text(ep, "policy")
+        == '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call><|im_end|>Done<|im_end|>'
+    )
     assert "<|im_start|>user\n" in text(ep, "prompt") and "<|im_start|>assistant\n" in text(ep, "prompt")
     assert len(set(pick(ep, "policy", "turn_ids"))) == 2
     assert text(ep2, "policy") == "no tools here" and text(ep2, "tool") == ""

@@ -70,8 +70,11 @@ def test_create_list_get_and_post_steps(client):
     assert "mean_entropy" not in series  # no step has entropy: no series
     listed = client.get("/api/runs").json()
     assert listed[0] == {
-        k: got[k] for k in ("id", "ref", "visibility", "name", "url", "created_at", "n_steps", "last_step")
+        k: got[k]
+        for k in ("id", "ref", "visibility", "name", "url", "created_at", "n_steps", "last_step")
+        + ("keep", "keep_every", "stored_bytes")
     }
+    assert got["stored_bytes"] == sum(s["stored_bytes"] for s in got["steps"]) > 0
     assert (got["last_step"], listed[0]["last_step"]) == (5, 5)
     assert client.get("/api/runs", params={"name": "other"}).json() == []
     # The step's batch is a normal batch: its page and API work.

@@ -42,6 +42,7 @@ def summary(b: Batch) -> dict:
         "source": b.source,
         "created_at": _iso(b.created_at),
         "n_episodes": b.n_episodes,
+        "n_episodes_seen": b.n_episodes if b.n_episodes_seen is None else b.n_episodes_seen,
         # Where to read it: by id when public, by its random slug when unlisted.
         "ref": batch_ref(b),
         "url": urls.batch(batch_ref(b)),

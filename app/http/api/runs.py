@@ -15,7 +15,6 @@ from app.http.api.batches import _iso
 from app.http.api.deps import require_write
 from app.http.api.uploads import FormatQuery, NameQuery, ingest, ingest_thread, read_upload
 from app.storage import runs as rs
-from app.storage.audits import audit_step
 from app.storage.db import SessionDep
 from app.storage.models import Run
 
@@ -28,7 +27,7 @@ TOTAL_DOC = "how many runs match (name), over all pages"
 RunId = Path(description="the run's id (public runs) or slug (unlisted runs)", max_length=64)
 
 
-def _summary(run: Run, n_steps: int, last_step: int | None) -> dict:
+def _summary(run: Run, n_steps: int, last_step: int | None, stored_bytes: int = 0) -> dict:
     ref = rs.run_ref(run)
     return {
         "id": run.id,
@@ -39,6 +38,9 @@ def _summary(run: Run, n_steps: int, last_step: int | None) -> dict:
         "created_at": _iso(run.created_at),
         "n_steps": n_steps,
         "last_step": last_step,
+        "keep": run.keep,
+        "keep_every": run.keep_every,
+        "stored_bytes": stored_bytes,
     }
 
 
@@ -64,7 +66,7 @@ def create_run(body: RunIn, request: Request, session: SessionDep):
     """A new run; post its steps to ``/api/runs/{ref}/steps/{step}`` (``ref``: its id, or its slug
     when unlisted; its steps inherit its visibility). The ``delete_token`` is shown once."""
     visibility = body.visibility or request.app.state.settings.default_visibility
-    run, token = rs.create_run(session, body.name, body.config, visibility)
+    run, token = rs.create_run(session, body.name, body.config, visibility, body.keep, body.keep_every)
     ref = rs.run_ref(run)
     out = {"id": run.id, "ref": ref, "url": urls.run(ref), "api_url": urls.api_run(ref)}
     out.update(delete_token=token, visibility=run.visibility)
@@ -88,7 +90,8 @@ def get_runs(
     """One page of the public runs (unlisted runs are never listed), with the number of runs the
     pages cover in the ``X-Total-Count`` header (the body stays a plain list)."""
     page = rs.list_runs(session, name=name, limit=limit, offset=offset)
-    response = json_response([_summary(*row) for row in page])
+    sizes = rs.stored_bytes(session, [r.id for r, _, _ in page])
+    response = json_response([_summary(*row, sizes.get(row[0].id, 0)) for row in page])
     response.headers["X-Total-Count"] = str(rs.count_runs(session, name=name))
     return response
 
@@ -102,7 +105,8 @@ def get_runs(
 def get_run(session: SessionDep, run_id: str = RunId):
     run = rs.run_by_ref_or_404(session, run_id)
     steps = rs.run_steps(session, run.id)
-    body = _summary(run, len(steps), steps[-1].step if steps else None)
+    size = sum(s.stored_bytes or 0 for s in steps)
+    body = _summary(run, len(steps), steps[-1].step if steps else None, size)
     body["config"] = json_loads(run.config_json)
     # The steps' stored metrics are JSON text already: spliced in as stored rather than parsed
     # and serialised again (that was most of this answer's time for a 1,000-step run).
@@ -119,6 +123,9 @@ def _step_json(s: rs.StepRow) -> bytes:
         "batch_ref": ref,
         "url": urls.batch(ref),
         "n_episodes": s.n_episodes,
+        "n_episodes_seen": s.n_episodes if s.n_episodes_seen is None else s.n_episodes_seen,
+        "n_episodes_kept": s.n_episodes,
+        "stored_bytes": s.stored_bytes or 0,
     }
     metrics = s.metrics_json.encode() if s.metrics_json else b"{}"
     return dumps(row)[:-1] + b',"metrics":' + metrics + b"}"
@@ -159,6 +166,7 @@ async def post_step(
     if rs.step_batch_id(session, run_id, step) is not None:
         raise _step_exists(ref, step)  # before reading the body: a client's retry costs nothing
     run_name, visibility = run.name, run.visibility  # a step inherits its run's visibility
+    keep, keep_every = run.keep, run.keep_every
     body = await read_upload(request, format, name)
     settings = request.app.state.settings
     try:
@@ -172,15 +180,18 @@ async def post_step(
             run_id=run_id,
             step=step,
             visibility=visibility,
+            keep=keep,
         )
     except IntegrityError:
         # Another post of this step won the race (or the run was deleted meanwhile).
         if rs.get_run(session, run_id) is None:
             rs.run_or_404(session, run_id)
         raise _step_exists(ref, step) from None
-    # The trainer's advantages, when the step has them, are audited now (once) so the timeline can
-    # show each step's number of error findings.
-    await ingest_thread(request, audit_step, session, out["batch_id"], settings)
+    # The step's audit (its error findings are in the timeline) was computed at ingest, over every
+    # episode. Older steps are thinned now that a newer one is stored.
+    if keep_every is not None:
+        await ingest_thread(request, rs.thin_steps, session, run_id, step, keep_every)
+    out["n_episodes_kept"] = len(out["episodes"])
     return json_response({**out, "step": step}, status_code=201)
 
 

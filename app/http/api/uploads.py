@@ -149,6 +149,7 @@ def ingest(
     run_id: int | None = None,
     step: int | None = None,
     visibility: str | None = None,
+    keep: int | None = None,
 ) -> dict:
     """Parse, validate and store one upload (as a run's step when ``run_id`` is given); the 201
     body. Blocking: call it in a worker thread. ``visibility``: a run step's (its run's), else the
@@ -167,8 +168,12 @@ def ingest(
         run_id=run_id,
         step=step,
         visibility=visibility,
+        keep=keep,
     )
-    return created.model_dump()
+    out = created.model_dump()
+    if run_id is None:
+        out.pop("n_episodes_seen")
+    return out
 
 
 T = TypeVar("T")

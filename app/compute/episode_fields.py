@@ -1,0 +1,118 @@
+"""What a run step computes of each of its episodes at ingest, before retention drops any: the
+search fields of ``GET /api/runs/{id}/episodes`` and whether the episode is flagged.
+
+Pure: a prepared episode row (app/core/validate.py: numpy arrays, not packed yet) in, numbers out.
+Definitions ("policy tokens" are the tokens of kind policy; A the trainer's uploaded advantages):
+
+* ``n_tool_tokens``: tokens of kind tool.
+* ``max_abs_adv``: max |A| on policy tokens (None without advantages).
+* ``nonpolicy_abs_adv_share``: the share of the episode's total |A| that sits on prompt and tool
+  tokens (0 when the total is 0; None without advantages). Above 0 the episode is flagged: only
+  generated tokens carry a gradient.
+* ``max_ratio``: max over policy tokens of exp(logprob - rollout_logprob), the importance ratio
+  between the trainer and the rollout engine (None without both; capped at e^700, so it stays a
+  finite number).
+* ``mean_entropy``: mean entropy on policy tokens (None without entropy).
+* ``n_findings`` / ``finding_codes``: the audit's findings that name the episode (their number and
+  their codes, space-separated); an error finding flags the episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from app.core import domain
+from app.core.arrays import F64, FLOAT_FIELDS, EpisodeArrays, arrays_of, decode
+
+MAX_LOG_RATIO = 700.0  # exp(700) ~ 1e304: still a finite float64
+
+
+@dataclass
+class EpisodeFields:
+    """One episode's search fields (see the module docstring)."""
+
+    n_tool_tokens: int
+    max_abs_adv: float | None
+    nonpolicy_abs_adv_share: float | None
+    max_ratio: float | None
+    mean_entropy: float | None
+    n_findings: int = 0
+    finding_codes: str = ""
+    n_errors: int = 0
+
+    @property
+    def flagged(self) -> bool:
+        """An error finding names it, or credit sits on its prompt or tool tokens."""
+        return self.n_errors > 0 or bool(self.nonpolicy_abs_adv_share)
+
+    def columns(self) -> dict[str, Any]:
+        """The episode columns (app/storage/models.py) these fields are stored in."""
+        return {
+            "n_tool_tokens": self.n_tool_tokens,
+            "max_abs_adv": self.max_abs_adv,
+            "nonpolicy_abs_adv_share": self.nonpolicy_abs_adv_share,
+            "max_ratio": self.max_ratio,
+            "mean_entropy": self.mean_entropy,
+            "n_findings": self.n_findings,
+            "finding_codes": self.finding_codes,
+        }
+
+
+def _float(row: dict, name: str) -> np.ndarray | None:
+    return decode(row.get(name), F64)
+
+
+def episode_fields(row: dict[str, Any]) -> EpisodeFields:
+    """The fields of one prepared episode row (findings are added by :func:`add_findings`)."""
+    kinds = decode(row["kinds"], np.dtype(np.uint8))
+    policy = kinds == domain.POLICY
+    adv = _float(row, "advantages")
+    max_abs = share = None
+    if adv is not None:
+        a = np.abs(adv)
+        total = float(a.sum())
+        max_abs = float(a[policy].max()) if policy.any() else 0.0
+        share = float(a[~policy].sum()) / total if total > 0 else 0.0
+    logp, roll, ent = _float(row, "logprobs"), _float(row, "rollout_logprobs"), _float(row, "entropy")
+    ratio = None
+    if logp is not None and roll is not None and policy.any():
+        ratio = float(np.exp(min(float((logp - roll)[policy].max()), MAX_LOG_RATIO)))
+    return EpisodeFields(
+        n_tool_tokens=int((kinds == domain.TOOL).sum()),
+        max_abs_adv=max_abs,
+        nonpolicy_abs_adv_share=share,
+        max_ratio=ratio,
+        mean_entropy=float(ent[policy].mean()) if ent is not None and policy.any() else None,
+    )
+
+
+def add_findings(fields: list[EpisodeFields], findings: list[dict[str, Any]]) -> None:
+    """Count each audit finding (``{"code", "severity", "episodes": [index, ...]}``) on the
+    episodes it names."""
+    codes: list[list[str]] = [[] for _ in fields]
+    for f in findings:
+        for i in set(f.get("episodes") or ()):
+            if 0 <= i < len(fields):
+                fields[i].n_findings += 1
+                fields[i].n_errors += f.get("severity") == "error"
+                if f["code"] not in codes[i]:
+                    codes[i].append(f["code"])
+    for f, c in zip(fields, codes, strict=True):
+        f.finding_codes = " ".join(c)
+
+
+def row_arrays(row: dict[str, Any]) -> EpisodeArrays:
+    """A prepared row as :class:`EpisodeArrays` for the audit (no token strings)."""
+    floats = {name: _float(row, name) for name in FLOAT_FIELDS}
+    tids = decode(row.get("turn_ids"), np.dtype("<i4"))
+    src = SimpleNamespace(
+        reward=row.get("reward"),
+        group=row.get("group"),
+        truncated=row.get("truncated", False),
+        bootstrap_value=row.get("bootstrap_value"),
+    )
+    return arrays_of(src, decode(row["kinds"], np.dtype(np.uint8)), floats, tids, [], {}, None)

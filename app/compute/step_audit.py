@@ -1,0 +1,59 @@
+"""A run step's audit, computed at ingest over every episode of the step (before retention drops
+any), and its answer restricted to the episodes that are kept.
+
+The step is audited when every episode carries the trainer's advantages and the step is within
+the audit's budget (``audit_max_cells``); else not (the step is stored all the same, as before).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.compute.audit import decorate, run_audit
+from app.compute.episode_fields import row_arrays
+from app.core.settings import Settings
+
+DEFAULT_MAX_CELLS = Settings.model_fields["audit_max_cells"].default
+
+
+@dataclass
+class StepAudit:
+    """The audit of every episode of a step: the engine's answer (indices over the step's
+    episodes in upload order), each episode's reference advantages, and the seconds it took."""
+
+    body: dict[str, Any]
+    refs: list[np.ndarray]
+    seconds: float
+
+
+def step_audit(rows: list[dict[str, Any]], settings: Settings | None) -> StepAudit | None:
+    """The audit of a step's prepared rows, or None when it cannot be audited."""
+    if not rows or any(r.get("advantages") is None for r in rows):
+        return None
+    cells = len(rows) * max(int(r["n_tokens"]) for r in rows)
+    if cells > (settings.audit_max_cells if settings is not None else DEFAULT_MAX_CELLS):
+        return None
+    arrays = [row_arrays(r) for r in rows]
+    t0 = time.perf_counter()
+    body, refs = run_audit(arrays, turn_ids=all(r.get("turn_ids") is not None for r in rows))
+    return StepAudit(body=body, refs=refs, seconds=time.perf_counter() - t0)
+
+
+def kept_audit(body: dict[str, Any], kept: list[int], slugs: list[str], kinds: list[np.ndarray]) -> dict:
+    """The audit answer as the stored batch sees it: each finding's ``episodes`` and ``tokens``
+    renumbered over the kept episodes (the others left out; ``n_episodes_seen``: how many of the
+    step's episodes it named), with slugs and links (:func:`app.compute.audit.decorate`).
+    ``n_errors`` counts every error finding of the step."""
+    index = {old: new for new, old in enumerate(kept)}
+    findings = []
+    for f in body["findings"]:
+        g = dict(f)
+        g["n_episodes_seen"] = len(f["episodes"])
+        g["episodes"] = [index[e] for e in f["episodes"] if e in index]
+        g["tokens"] = [[index[e], p] for e, p in f["tokens"] if e in index]
+        findings.append(g)
+    return decorate({**body, "findings": findings}, slugs, kinds)
