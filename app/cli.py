@@ -3,7 +3,7 @@ the client's own, ``creditlens.upload`` and ``creditlens.watch``; the rest needs
 
 creditlens serve [--host 127.0.0.1] [--port 8000] [--db PATH_OR_URL] [--demo] [--workers N]
 creditlens migrate [--db PATH_OR_URL] [--revision head]
-creditlens upload FILE [--server URL] [--format auto] [--name NAME] [--token TOKEN] [--visibility V]
+creditlens upload FILE [--server URL] [--format auto] [--name NAME] [--token TOKEN] [--visibility V] [--map M]
 creditlens watch DIR --run NAME [--server URL] [--token TOKEN] [--format auto] [--once]
                  [--interval 5] [--state FILE]
 creditlens compute FILE --scheme outcome,token_gae [--gamma 1] [--lam 0.95] [--baseline rloo]

@@ -194,10 +194,11 @@ function render() {
   const parts = [
     `${d.n_tokens} tokens (${nPolicy} policy, ${nTool} tool)`,
     `${d.turns.length} calls`,
-    `reward ${fmt(ep.reward)}`,
+    d.rewarded === false ? "no reward" : `reward ${fmt(ep.reward)}`,
     ep.truncated ? "truncated" : "terminated",
   ];
   if (d.group !== null && d.group !== undefined) parts.push(`group ${d.group}`);
+  $("no-reward").hidden = d.rewarded !== false;
   const metaLine = $("ep-meta");
   metaLine.replaceChildren(parts.join(" · "), " · ");
   metaLine.append(el("a", { href: urls.batch(init.batch_ref ?? d.batch_id) }, `batch ${d.batch_id}`));

@@ -173,12 +173,103 @@ function fileItem(file) {
   return item;
 }
 
-async function upload(file) {
+// ---- when no format fits: a mapping form filled from the file's first record ----
+// The targets POST /api/uploads?mapping= can fill (app/ingest/_mapping.py) that a form offers.
+const MAP_TARGETS = [
+  ["messages", "chat messages"],
+  ["prompt", "prompt text"],
+  ["response", "response text"],
+  ["reward", "reward"],
+  ["group", "group"],
+  ["truncated", "truncated"],
+  ["task", "task label"],
+];
+const REWARD_NAMES = ["reward", "score", "rewards", "result", "return", "correct", "success", "passed", "pass", "acc", "accuracy"];
+const GROUP_NAMES = ["group", "task_id", "instance_id", "uid", "prompt_id", "example_id", "task", "index", "id"];
+
+/** The first record of a JSON/JSONL file, as the server's detection reads it: the first line when
+ * it is a JSON object, else the first element of the document (files up to 64 MiB); null if none. */
+async function firstRecord(file) {
+  const head = await file.slice(0, 4 << 20).text();
+  const line = head.split("\n").find((s) => s.trim());
+  try {
+    const obj = JSON.parse(line);
+    if (obj && typeof obj === "object" && !Array.isArray(obj)) return obj;
+  } catch {}
+  if (file.size > 64 << 20) return null;
+  try {
+    let doc = JSON.parse(await file.text());
+    if (doc && Array.isArray(doc.episodes)) doc = doc.episodes;
+    const rec = Array.isArray(doc) ? doc[0] : doc;
+    return rec && typeof rec === "object" ? rec : null;
+  } catch {
+    return null;
+  }
+}
+
+function kindOf(v) {
+  if (Array.isArray(v)) return v.length && v[0] && typeof v[0] === "object" && ("role" in v[0] || "content" in v[0]) ? "messages" : "list";
+  if (v === null) return "null";
+  return typeof v; // number, string, boolean, object
+}
+
+/** [key, kind] of a record's fields, one level into nested objects (as the server's 422 lists them). */
+function fieldsOf(rec) {
+  const out = [];
+  for (const [k, v] of Object.entries(rec)) {
+    out.push([k, kindOf(v)]);
+    if (v && typeof v === "object" && !Array.isArray(v)) {
+      for (const [k2, v2] of Object.entries(v)) if (!(v2 && typeof v2 === "object" && !Array.isArray(v2))) out.push([`${k}.${k2}`, kindOf(v2)]);
+    }
+  }
+  return out;
+}
+
+function guessField(target, fields) {
+  const last = (k) => k.split(".").pop();
+  if (target === "messages") return (fields.find(([, t]) => t === "messages") || [""])[0];
+  if (target === "reward") return (fields.find(([k, t]) => t === "number" && REWARD_NAMES.includes(last(k))) || [""])[0];
+  if (target === "group") return (fields.find(([k]) => GROUP_NAMES.includes(last(k))) || [""])[0];
+  return "";
+}
+
+let mapForms = 0; // each form's ids are its own (several files can fail)
+
+function mappingForm(file, rec) {
+  const n = ++mapForms;
+  const fields = fieldsOf(rec);
+  const form = el(
+    "form",
+    { class: "mapping-form", "aria-label": "Map the file's fields" },
+    el("p", {}, "No known format fits this file. Map its fields (from its first record) onto the native fields:"),
+  );
+  for (const [target, label] of MAP_TARGETS) {
+    const sel = el("select", { id: `map-${n}-${target}`, name: target });
+    sel.append(el("option", { value: "" }, "— not mapped —"));
+    for (const [k, t] of fields) sel.append(el("option", { value: k }, `${k} (${t})`));
+    sel.value = guessField(target, fields);
+    form.append(el("div", { class: "field" }, el("label", { for: `map-${n}-${target}` }, label), sel));
+  }
+  form.append(el("button", { type: "submit", class: "primary map-upload" }, "Upload with this mapping"));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const mapping = {};
+    for (const [target] of MAP_TARGETS) {
+      const v = form.querySelector(`[name="${target}"]`).value;
+      if (v) mapping[target] = v;
+    }
+    upload(file, mapping);
+  });
+  return form;
+}
+
+async function upload(file, mapping = null) {
   const item = fileItem(file);
   const status = el("div", { class: "file-status", role: "status" }, "Uploading…");
   item.append(status);
   const fd = new FormData();
   fd.append("file", file, file.name);
+  if (mapping) fd.append("mapping", JSON.stringify(mapping));
   if ($("up-name").value.trim()) fd.append("name", $("up-name").value.trim());
   if ($("up-format").value) fd.append("format", $("up-format").value);
   if ($("up-visibility").value) fd.append("visibility", $("up-visibility").value);
@@ -205,6 +296,10 @@ async function upload(file) {
     item.classList.add("bad");
     const msg = err instanceof ApiError ? err.describe() : `Upload failed: ${err}`;
     status.replaceWith(el("div", { class: "file-error", role: "alert" }, msg));
+    if (err instanceof ApiError && err.code === "unknown_format") {
+      const rec = await firstRecord(file);
+      if (rec) item.append(mappingForm(file, rec));
+    }
   }
 }
 

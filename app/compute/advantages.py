@@ -367,7 +367,7 @@ def _masked(arr: np.ndarray, policy: np.ndarray, as_numpy: bool = False) -> list
     if as_numpy:
         return out
     o = out.astype(object)
-    o[~policy] = None
+    o[np.isnan(out)] = None  # off-policy, or no number at all (an episode without a reward)
     return o.tolist()
 
 
@@ -548,6 +548,8 @@ def episode_advantages(
         else torch.tensor([ep.meta["turn_values"]], dtype=torch.float64),
     )
     td = run_estimator("td", single).advantages[0].numpy() if "td" in specs else np.zeros(T)
+    if not ep.rewarded:
+        td = np.full(T, np.nan)
 
     out_schemes = []
     per_token: dict[str, np.ndarray] = {}
@@ -610,7 +612,12 @@ def episode_advantages(
             else:
                 adv = run_estimator(name, single).advantages[0].numpy()
         adv = np.asarray(adv, dtype=np.float64)
-        per_token[name] = adv
+        if not ep.rewarded and everywhere is None and name not in sc.AUDIT_SCHEMES:
+            # No reward was uploaded: any number here would credit a made-up outcome of 0.
+            adv = np.full(T, np.nan)
+            extras = None
+        else:
+            per_token[name] = adv
         shown = _masked(adv, policy, as_numpy)
         if everywhere is not None:
             shown = everywhere.copy() if as_numpy else everywhere.tolist()
@@ -643,6 +650,7 @@ def episode_advantages(
         "schemes": out_schemes,
         "turns": turns,
         "has_advantages": ep.advantages is not None,
+        "rewarded": ep.rewarded,
     }
 
 

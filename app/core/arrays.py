@@ -131,6 +131,8 @@ class EpisodeArrays:
     meta: dict[str, Any] = field(default_factory=dict)
     slug: str | None = None
     batch_id: int | None = None
+    # False: uploaded with neither a reward nor per-token rewards (app.core.domain.rewarded).
+    rewarded: bool = True
 
     @property
     def policy(self) -> np.ndarray:
@@ -179,6 +181,7 @@ def arrays_of(src: Any, kinds: np.ndarray, floats: dict, turn_ids, tokens, meta,
         meta=meta,
         slug=getattr(src, "slug", None),
         batch_id=getattr(src, "batch_id", None),
+        rewarded=domain.rewarded(src.reward, floats["rewards"]),
     )
 
 

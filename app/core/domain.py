@@ -39,6 +39,13 @@ def effective_rewards(kinds: np.ndarray, rewards: np.ndarray | None, reward: flo
     return out
 
 
+def rewarded(reward: float | None, rewards: object | None) -> bool:
+    """An episode has an outcome when it was uploaded with a ``reward`` or per-token ``rewards``.
+    One with neither (``reward: null``) has none: its score is 0 only for want of one, so no
+    advantage of it is shown (the advantages API gives null on every token and says so)."""
+    return reward is not None or rewards is not None
+
+
 def score(kinds: np.ndarray, effective: np.ndarray) -> float:
     """An episode's score: the sum of its effective rewards on policy tokens (outcome included).
     This is the number group baselines compare."""

@@ -154,6 +154,9 @@ class AdvantagesOut(BaseModel):
     # The trainer's own advantages were uploaded (the `uploaded` row is on offer; it has a value
     # on every token, prompt and tool included).
     has_advantages: bool = False
+    # False: the episode was uploaded without a reward (nor per-token rewards), so every computed
+    # scheme (and td) is null on every token: there is no outcome to give credit for.
+    rewarded: bool = True
     # Signal rows: those asked for with `signal=` that the episode has data for.
     available_signals: list[str] = []
     signals: list[SignalOut] = []
@@ -181,6 +184,8 @@ class BatchEpisodeOut(BaseModel):
     passed: bool
     n_tokens: int
     task: str | None
+    # False: uploaded without any reward (reward null); its advantages are not shown.
+    rewarded: bool = True
 
 
 class BatchOut(BatchSummaryOut):

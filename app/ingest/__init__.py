@@ -18,6 +18,7 @@ from app.core.schemas import EpisodeIn
 from app.core.validate import ArrayEpisode
 from app.ingest._common import Parsed, first_object
 from app.ingest._damage import check as check_damage
+from app.ingest._mapping import iter_mapped, parse_mapping, unknown_format_hint
 from app.ingest._tokenizer import TokenDecoder, load_tokenizer
 
 __all__ = ["Parsed", "formats", "detect", "parse_upload", "iter_upload", "load_tokenizer", "TokenDecoder"]
@@ -48,13 +49,14 @@ def detect(data: bytes, filename: str | None = None) -> str:
         from app.ingest._common import read_records
 
         read_records(data)
-    keys = ", ".join(sorted(first)[:12]) if isinstance(first, dict) else type(first).__name__
     raise ApiError(
         422,
         "unknown_format",
-        f"could not recognise the upload format (first record has: {keys}). Known formats: "
+        "could not recognise the upload format. "
+        + unknown_format_hint(first)
+        + " Or pass format=<name> to choose one of the known formats: "
         + "; ".join(f"{n} ({m.DESCRIPTION})" for n, m in formats().items())
-        + ". Pass format=<name> to choose one.",
+        + ".",
         line=1 if isinstance(first, dict) else None,
         episode=1 if isinstance(first, dict) else None,
     )
@@ -107,11 +109,20 @@ def parse_upload(
 
 
 def iter_upload(
-    data: bytes, fmt: str | None = None, filename: str | None = None, tokenizer: TokenDecoder | None = None
+    data: bytes,
+    fmt: str | None = None,
+    filename: str | None = None,
+    tokenizer: TokenDecoder | None = None,
+    mapping: str | dict | None = None,
 ) -> tuple[str, Iterator[tuple[int | None, EpisodeIn | ArrayEpisode]]]:
     """(format name, lazy ``(line, episode)`` pairs): formats with ``iter_parse`` yield episodes as
     they parse them (binary formats as arrays), so an upload never holds every episode's Python
-    lists at once. ``tokenizer``: as in :func:`parse_upload`."""
+    lists at once. ``tokenizer``: as in :func:`parse_upload`. ``mapping`` ({native field: record
+    key}, app/ingest/_mapping.py): read the records through it instead of a format ("mapped")."""
+    mapped = parse_mapping(mapping)
+    if mapped is not None:
+        data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+        return "mapped", iter_mapped(data, mapped)
     data, fmt, mod = _resolve(data, fmt, filename)
     kw = _tok_kw(mod, tokenizer)
 

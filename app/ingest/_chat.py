@@ -12,7 +12,10 @@ role headers a stripped chat template leaves behind).
    ``observation`` key or whose ``source`` is ``environment`` (OpenHands);
 3. policy: ``role`` is ``assistant``, ``agent`` (AgentBench), ``model`` or ``gpt``; or an event
    whose ``source`` is ``agent`` with an ``action`` other than ``system``/``recall`` (OpenHands);
-4. everything else (system, user, a simulated user, task text) is prompt.
+4. everything else (system, user, a simulated user, task text) is prompt;
+
+and tool output before the policy's first message is prompt: it is the task the environment
+opened with (SWE-agent sends the problem statement as an observation), not the answer to a call.
 
 A policy message is one turn: its text and tool calls (objects or JSON strings) are policy,
 rendered as in openai_chat.py (``<|assistant|>`` header prompt, ``<|end|>`` policy).
@@ -43,8 +46,9 @@ POLICY_ROLES = frozenset({"assistant", "agent", "model", "gpt"})
 MESSAGE_KEYS = ("messages", "traj", "history", "conversation", "trajectory")
 
 
-def message_kind(msg: dict) -> str:
-    """ "policy", "tool" or "prompt" of one chat message or event (the rule in the module docstring)."""
+def message_kind(msg: dict, after_policy: bool = True) -> str:
+    """The kind ("policy", "tool" or "prompt") of one chat message or event by the rule in the
+    module docstring; ``after_policy``: a policy message came before this one."""
     if msg.get("is_demo") is True:
         return "prompt"
     role = msg.get("role")
@@ -54,7 +58,7 @@ def message_kind(msg: dict) -> str:
         or "observation" in msg
         or msg.get("source") == "environment"
     ):
-        return "tool"
+        return "tool" if after_policy else "prompt"
     if role in POLICY_ROLES:
         return "policy"
     if msg.get("source") == "agent" and "action" in msg and msg["action"] not in ("system", "recall"):
@@ -205,7 +209,7 @@ def render_messages(b: SpanBuilder, messages: Iterable[Any], rec: Record, field:
         f = f"{field}[{i}]"
         if not isinstance(m, dict):
             raise rec.error("wrong_type", f"field `{f}` must be a message object (role, content).", field=f)
-        kind = message_kind(m)
+        kind = message_kind(m, seen_policy)
         text = message_text(m, rec, f)
         role = str(m.get("role") or m.get("source") or "message")
         if kind == "policy":

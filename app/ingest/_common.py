@@ -142,11 +142,35 @@ def parse_records(name: str, data: bytes, episode_from_record: Callable[[Record]
     return out
 
 
+_DECODER = json.JSONDecoder()
+
+
+def _first_element(data: bytes) -> Any:
+    """The first element of a JSON array document, decoded from a prefix of the bytes (so a
+    100 MB array is not parsed for detection); ValueError when the prefix does not hold it."""
+    head = data[: 1 << 22].decode("utf-8", "ignore")
+    i = head.index("[") + 1
+    while i < len(head) and head[i] in " \t\r\n":
+        i += 1
+    if head[i : i + 1] == "]":
+        return None
+    obj, _ = _DECODER.raw_decode(head, i)
+    return obj
+
+
 def first_object(data: bytes) -> Any:
-    """The first record of a JSON/JSONL upload without parsing the rest (for format detection), or None."""
+    """The first record of a JSON/JSONL upload without parsing the rest (for format detection), or None.
+
+    JSONL: the first line. A JSON array: its first element, read from the first 4 MiB (the whole
+    document only when the element is larger). Anything else is parsed whole."""
     try:
         if looks_like_jsonl(data):
             return loads(split_lines(data[: 1 << 22])[0][1])
+        if data[:4096].lstrip()[:1] == b"[":
+            try:
+                return _first_element(data)
+            except (ValueError, IndexError):
+                pass  # the first element is longer than the prefix (or not valid): parse it all
         doc = loads(data)
     except (ValueError, IndexError):
         return None

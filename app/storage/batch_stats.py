@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from app.compute.diagnostics import DIAGNOSTICS_ERRORS, batch_diagnostics
+from app.core import domain
 from app.core.arrays import json_dumps
 from app.core.schemas import EpisodeSummary
 from app.storage.codecs import episode_arrays
@@ -41,7 +42,15 @@ def diagnostics_of_rows(rows: list[dict]) -> dict | None:
     stored, computed before the write so the write transaction stays short. None when they
     cannot be computed (the batch API then computes them when read)."""
 
-    summaries = [EpisodeSummary(*(row[name] for name in EpisodeSummary._fields)) for row in rows]
+    summaries = [
+        EpisodeSummary(
+            *(
+                domain.rewarded(row["reward"], row["rewards"]) if name == "rewarded" else row[name]
+                for name in EpisodeSummary._fields
+            )
+        )
+        for row in rows
+    ]
     try:
         return batch_diagnostics(summaries, _turns(summaries, lambda: (Episode(**row) for row in rows)))
     except DIAGNOSTICS_ERRORS:

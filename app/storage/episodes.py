@@ -31,11 +31,19 @@ def episodes_by_slug(session: Session, batch_id: int, slugs: list[str]) -> list[
     return [found[s] for s in slugs]
 
 
+def column(name: str):
+    """The selectable of a summary field: an Episode column, or ``rewarded`` (a reward or per-token
+    rewards were uploaded; app.core.domain.rewarded)."""
+    if name == "rewarded":
+        return (col(Episode.reward).is_not(None) | col(Episode.rewards).is_not(None)).label("rewarded")
+    return getattr(Episode, name)
+
+
 def _rows(session: Session, batch_id: int, row: type, limit: int | None = None, offset: int = 0) -> list:
     """``row`` (a NamedTuple named after Episode columns) for the episodes of a batch, in upload
     order (all, or ``limit`` from ``offset``), selecting only those columns."""
     stmt = (
-        select(*(getattr(Episode, name) for name in row._fields))
+        select(*(column(name) for name in row._fields))
         .where(Episode.batch_id == batch_id)
         .order_by(col(Episode.position))
     )
@@ -54,7 +62,7 @@ def batch_summaries(
 def group_summaries(session: Session, batch_id: int, group: str) -> list[EpisodeSummary]:
     """The episodes of one group of a batch without their arrays, in upload order."""
     stmt = (
-        select(*(getattr(Episode, name) for name in EpisodeSummary._fields))
+        select(*(column(name) for name in EpisodeSummary._fields))
         .where(Episode.batch_id == batch_id, Episode.group == group)
         .order_by(col(Episode.position))
     )

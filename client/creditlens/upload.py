@@ -68,8 +68,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=["public", "unlisted"],
         help="unlisted: never listed, reachable only by its link (default: the server's setting)",
     )
+    p.add_argument(
+        "--map",
+        action="append",
+        metavar="MAPPING",
+        help='when no format fits: {native field: record key} as JSON (\'{"messages": "traj", "reward": "reward"}\') '
+        "or repeated field=key pairs (--map messages=traj --map group=task_id)",
+    )
     p.add_argument("--json", action="store_true", help="also print the server's JSON answer")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def mapping_arg(items: list[str]) -> str:
+    """``--map`` values -> the JSON of the server's ``mapping=``: one JSON object, or ``field=key``
+    pairs."""
+    if len(items) == 1 and items[0].lstrip().startswith("{"):
+        return items[0]
+    return json.dumps(dict(item.split("=", 1) for item in items if "=" in item))
 
 
 def run_upload(args: argparse.Namespace) -> int:
@@ -91,6 +106,8 @@ def run_upload(args: argparse.Namespace) -> int:
         params["format"] = args.format
     if args.visibility:
         params["visibility"] = args.visibility
+    if getattr(args, "map", None):
+        params["mapping"] = mapping_arg(args.map)
     base = args.server.rstrip("/")
     url = base + API_UPLOADS
     with _progress_bar(total, path.name, args.quiet) as bar:

@@ -34,6 +34,7 @@ def test_batch_diagnostics_by_hand(client, batch):
         "passed": True,
         "n_tokens": 5,
         "task": "easy",
+        "rewarded": True,
     }
     d = b["diagnostics"]
     groups = {g["group"]: g for g in d["groups"]}

@@ -174,3 +174,42 @@ def test_audit_offline_unreadable_input_is_exit_2(tmp_path):
     assert run("audit", str(tmp_path / "missing.jsonl")).returncode == 2
     r = run("audit", str(AUDIT / "clean_gae.jsonl"), "--format", "nope")
     assert r.returncode == 2 and "format 'nope' is not known" in r.stderr
+
+
+def test_upload_with_map(server, tmp_path):
+    url, _ = server
+    f = tmp_path / "odd.jsonl"
+    rows = [
+        {
+            "conv": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+            "ok": 1.0,
+            "q": "a",
+        },
+        {
+            "conv": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "5"}],
+            "ok": 0.0,
+            "q": "a",
+        },
+    ]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = run("upload", str(f), "--server", url)
+    assert r.returncode == 1 and "`conv` (list of 2 messages)" in r.stderr and "--map" in r.stderr
+    r = run(
+        "upload",
+        str(f),
+        "--server",
+        url,
+        "--map",
+        "messages=conv",
+        "--map",
+        "reward=ok",
+        "--map",
+        "group=q",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    body = json.loads(r.stdout.strip().splitlines()[-1])
+    eps = [httpx.get(f"{url}/api/episodes/{e['slug']}").json() for e in body["episodes"]]
+    assert [(e["reward"], e["group"]) for e in eps] == [(1.0, "a"), (0.0, "a")]
+    r = run("upload", str(f), "--server", url, "--map", '{"messages": "conv"}')
+    assert r.returncode == 0, r.stderr

@@ -54,5 +54,10 @@ def test_schema_and_health(client):
         "nemo_gym",
         "atropos",
         "verifiers",
+        "tau_bench",
+        "swe_agent",
+        "agentbench",
+        "openhands",
+        "chat_trajectory",
     }
     assert "/api/episodes/{slug}/advantages" in client.get("/openapi.json").json()["paths"]

@@ -62,10 +62,12 @@ def get_batches(
 
 
 def _episode_row(r: EpisodeSummary) -> dict:
-    """The batch API's episode row: the summary without its meta; no outcome reward -> the score."""
+    """The batch API's episode row: the summary without its meta; no outcome reward -> the score
+    of its per-token rewards, and null when it has none (nothing is made up)."""
     row = r._asdict()
     del row["meta_json"]
-    row["reward"] = r.score if r.reward is None else r.reward
+    if r.reward is None:
+        row["reward"] = r.score if r.rewarded else None
     return row
 
 

@@ -3,6 +3,7 @@ validated whole, stored in one transaction."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -77,6 +78,7 @@ class UploadBody:
     filename: str | None
     tokenizer: bytes | None = None  # a tokenizer.json whose pieces show the upload's token ids
     visibility: str | None = None  # public|unlisted; None: the server's CREDITLENS_DEFAULT_VISIBILITY
+    mapping: str | None = None  # JSON {native field: record key} (app/ingest/_mapping.py)
 
 
 def resolve_visibility(given: str | None, settings) -> str:
@@ -105,7 +107,11 @@ async def read_tokenizer(form) -> bytes | None:
 
 
 async def read_upload(
-    request: Request, format: str | None, name: str | None, visibility: str | None = None
+    request: Request,
+    format: str | None,
+    name: str | None,
+    visibility: str | None = None,
+    mapping: str | None = None,
 ) -> UploadBody:
     """The body of an upload request, the one reading of POST /api/uploads and of a run's steps:
     multipart (``file`` [+ ``format``, ``name``, ``tokenizer`` (a tokenizer.json for uploads of
@@ -135,9 +141,11 @@ async def read_upload(
         name = name or (form.get("name") if isinstance(form.get("name"), str) else None)
         vis = form.get("visibility")
         visibility = visibility or (vis if isinstance(vis, str) else None)
+        mapped = form.get("mapping")
+        mapping = mapping or (mapped if isinstance(mapped, str) and mapped.strip() else None)
     else:
         data = await _read_body(request, limit)
-    return UploadBody(data, format, name, filename, tokenizer, visibility)
+    return UploadBody(data, format, name, filename, tokenizer, visibility, mapping)
 
 
 def ingest(
@@ -157,13 +165,16 @@ def ingest(
     visibility = visibility or resolve_visibility(body.visibility, settings)
     tok = body.tokenizer
     decoder = None if tok is None else load_tokenizer(tok, settings.max_tokenizer_bytes)
-    fmt, items = iter_upload(body.data, fmt=body.format, filename=body.filename, tokenizer=decoder)
+    fmt, items = iter_upload(
+        body.data, fmt=body.format, filename=body.filename, tokenizer=decoder, mapping=body.mapping
+    )
     created = create_batch_streaming(
         session,
         items,
         name=body.name or default_name or body.filename or f"upload ({fmt})",
         source=f"{'upload' if run_id is None else 'run'}:{fmt}",
-        meta={"format": fmt, "filename": body.filename},
+        meta={"format": fmt, "filename": body.filename}
+        | ({"mapping": json.loads(body.mapping)} if fmt == "mapped" and body.mapping else {}),
         settings=settings,
         run_id=run_id,
         step=step,
@@ -188,6 +199,13 @@ async def ingest_thread(request: Request, fn: Callable[..., T], *args: Any, **kw
 # The query parameters of every upload route (POST /api/uploads, POST /api/runs/{id}/steps/{step}).
 FormatQuery = Query(None, description="auto (default) or one of the format names; see GET /api/formats")
 NameQuery = Query(None, description="batch name (default: the file name)")
+MappingQuery = Query(
+    None,
+    description='when no format fits: JSON {native field: record key}, e.g. {"messages": "traj", '
+    '"reward": "reward", "group": "task_id"} (dotted paths reach into nested objects). Fields it can '
+    "fill: messages, prompt, response/completion, tokens, kinds and the other per-token fields, reward, "
+    "group, truncated, bootstrap_value, task.",
+)
 VisibilityQuery = Query(
     None,
     description="public (listed, by id) or unlisted (never listed or searched; reachable only by the "
@@ -208,11 +226,13 @@ async def upload(
     format: str | None = FormatQuery,
     name: str | None = NameQuery,
     visibility: Literal["public", "unlisted"] | None = VisibilityQuery,
+    mapping: str | None = MappingQuery,
 ):
-    """Multipart (``file`` [+ ``format``, ``name``, ``visibility`` form fields]), a JSON body (native episodes or
-    any JSON format), or the raw file bytes with ``?format=&name=``. All-or-nothing: a 4xx names
-    the line, episode and field and nothing is stored."""
-    body = await read_upload(request, format, name, visibility)
+    """Multipart (``file`` [+ ``format``, ``name``, ``visibility``, ``mapping`` form fields]), a JSON body (native
+    episodes or any JSON format), or the raw file bytes with ``?format=&name=``. All-or-nothing: a
+    4xx names the line, episode and field and nothing is stored. ``mapping``: read records whose
+    format is not known through {native field: record key}."""
+    body = await read_upload(request, format, name, visibility, mapping)
     resolve_visibility(body.visibility, request.app.state.settings)  # 422 before any parsing
     out = await ingest_thread(request, ingest, session, body, request.app.state.settings)
     return json_response(out, status_code=201)

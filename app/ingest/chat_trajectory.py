@@ -1,0 +1,60 @@
+"""Agent trajectories as chat messages in any other container: a JSON array or JSONL whose records
+keep their messages under ``messages``, ``traj``, ``history``, ``conversation`` or ``trajectory``
+(the first of these that is a list of messages with a ``role``), with an optional ``reward`` (or
+``score``) and group (``group``, ``task_id``, ``task``, ``uid``, ``instance_id``; else a hash of the
+prompt). The formats with a known shape (openai_chat, tau_bench, swe_agent, agentbench, openhands)
+are sniffed first; this one takes the rest.
+
+Kinds by the shared message rule (app/ingest/_chat.py). No reward: stored with ``reward: null``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.schemas import EpisodeIn
+from app.ingest._chat import chat_episode, find_messages, no_messages, record_meta, render_messages
+from app.ingest._common import Parsed, Record, parse_records, short_hash
+from app.ingest._spans import SpanBuilder
+
+NAME = "chat_trajectory"
+DESCRIPTION = "chat messages under messages/traj/history/conversation/trajectory + optional reward"
+PRIORITY = 60
+
+GROUP_KEYS = ("group", "task_id", "task", "uid", "instance_id")
+
+
+def sniff(data: bytes, first: Any) -> bool:
+    found = find_messages(first)
+    return found is not None and (not found[1] or "role" in found[1][0])
+
+
+def episode_from_record(rec: Record) -> EpisodeIn:
+    found = find_messages(rec.obj)
+    if found is None:
+        raise rec.error(
+            "missing_field",
+            "no list of chat messages under `messages`, `traj`, `history`, `conversation` or `trajectory`.",
+            field="messages",
+        )
+    key, messages = found
+    if not messages:
+        raise no_messages(rec, key)
+    b = SpanBuilder()
+    prompt = render_messages(b, messages, rec, key)
+    obj = rec.obj
+    meta = record_meta(obj, {"reward", "score", "group"}, f"upload:{NAME}")
+    group = next((obj[k] for k in GROUP_KEYS if obj.get(k) not in (None, "")), None)
+    return chat_episode(
+        b,
+        rec,
+        reward=obj.get("reward", obj.get("score")),
+        reward_field="reward",
+        group=group if group is not None else short_hash(prompt),
+        meta=meta,
+        truncated=obj.get("truncated") is True,
+    )
+
+
+def parse(data: bytes, filename: str | None = None) -> Parsed:
+    return parse_records(NAME, data, episode_from_record)
