@@ -29,6 +29,7 @@ export const urls = {
   apiRun: (ref) => `/api/runs/${enc(ref)}`,
   apiRunMetrics: (ref) => `/api/runs/${enc(ref)}/metrics`,
   apiRunStep: (ref, step) => `/api/runs/${enc(ref)}/steps/${step}`,
+  apiRunEpisodes: (ref, qs = "") => withQuery(`/api/runs/${enc(ref)}/episodes`, qs),
 };
 
 /** The numbers' part of an episode view's canonical query, in EpisodeView.query()'s key order

@@ -14,7 +14,9 @@ Definitions ("policy tokens" are the tokens of kind policy; A the trainer's uplo
   finite number).
 * ``mean_entropy``: mean entropy on policy tokens (None without entropy).
 * ``n_findings`` / ``finding_codes``: the audit's findings that name the episode (their number and
-  their codes, space-separated); an error finding flags the episode.
+  their codes, space-separated). An error finding flags the episodes it names when they are at
+  most half of the step's: one about (nearly) every episode, e.g. advantages that no known scheme
+  explains, says nothing about which ones to keep.
 """
 
 from __future__ import annotations
@@ -92,13 +94,15 @@ def episode_fields(row: dict[str, Any]) -> EpisodeFields:
 
 def add_findings(fields: list[EpisodeFields], findings: list[dict[str, Any]]) -> None:
     """Count each audit finding (``{"code", "severity", "episodes": [index, ...]}``) on the
-    episodes it names."""
+    episodes it names (see the module docstring for which ones it flags)."""
     codes: list[list[str]] = [[] for _ in fields]
     for f in findings:
-        for i in set(f.get("episodes") or ()):
+        named = set(f.get("episodes") or ())
+        flags = f.get("severity") == "error" and 2 * len(named) <= len(fields)
+        for i in named:
             if 0 <= i < len(fields):
                 fields[i].n_findings += 1
-                fields[i].n_errors += f.get("severity") == "error"
+                fields[i].n_errors += flags
                 if f["code"] not in codes[i]:
                     codes[i].append(f["code"])
     for f, c in zip(fields, codes, strict=True):

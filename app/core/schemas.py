@@ -302,6 +302,28 @@ class RunOut(RunSummaryOut):
     steps: list[RunStepOut]
 
 
+class RunEpisodeOut(BaseModel):
+    """One kept episode of a run in GET /api/runs/{id}/episodes: its search fields."""
+
+    slug: str
+    url: str
+    step: int | None
+    batch_id: int
+    batch_ref: int | str
+    batch_url: str
+    group: str | None
+    reward: float | None
+    passed: bool
+    n_tokens: int
+    n_tool_tokens: int | None
+    max_abs_adv: float | None
+    nonpolicy_abs_adv_share: float | None
+    max_ratio: float | None
+    mean_entropy: float | None
+    n_findings: int | None
+    findings: list[str] = Field(description="codes of the audit findings naming the episode")
+
+
 class StepUploadOut(UploadOut):
     """201 answer of POST /api/runs/{id}/steps/{step}: the uploads answer plus the step. ``episodes``
     lists the kept episodes."""

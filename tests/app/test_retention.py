@@ -81,16 +81,19 @@ def test_episode_fields_by_hand():
 
 
 def test_findings_are_counted_on_the_episodes_they_name():
-    fields = [EpisodeFields(0, 0.0, 0.0, None, None) for _ in range(3)]
+    fields = [EpisodeFields(0, 0.0, 0.0, None, None) for _ in range(4)]
     add_findings(
         fields,
         [
             {"code": "credit_on_prompt", "severity": "error", "episodes": [0, 2]},
             {"code": "scale_mismatch", "severity": "warning", "episodes": [2]},
+            # An error about 3 of the 4 episodes is about the step: it counts, but flags none.
+            {"code": "mismatch_unexplained", "severity": "error", "episodes": [1, 2, 3]},
         ],
     )
     assert [(f.n_findings, f.finding_codes, f.flagged) for f in fields] == [
         (1, "credit_on_prompt", True),
-        (0, "", False),
-        (2, "credit_on_prompt scale_mismatch", True),
+        (1, "mismatch_unexplained", False),
+        (3, "credit_on_prompt scale_mismatch mismatch_unexplained", True),
+        (1, "mismatch_unexplained", False),
     ]

@@ -9,13 +9,22 @@ from sqlalchemy.exc import IntegrityError
 from app.core import urls
 from app.core.arrays import json_loads
 from app.core.errors import ApiError
-from app.core.schemas import ErrorOut, RunCreatedOut, RunIn, RunOut, RunSummaryOut, StepUploadOut
+from app.core.schemas import (
+    ErrorOut,
+    RunCreatedOut,
+    RunEpisodeOut,
+    RunIn,
+    RunOut,
+    RunSummaryOut,
+    StepUploadOut,
+)
 from app.http.api._json import dumps, json_response
 from app.http.api.batches import _iso
 from app.http.api.deps import require_write
 from app.http.api.uploads import FormatQuery, NameQuery, ingest, ingest_thread, read_upload
 from app.storage import runs as rs
 from app.storage.db import SessionDep
+from app.storage.episode_search import FIELDS, LIMIT_DEFAULT, LIMIT_MAX, search
 from app.storage.models import Run
 
 router = APIRouter(tags=["runs"])
@@ -140,6 +149,49 @@ def _step_json(s: rs.StepRow) -> bytes:
 def get_run_metrics(session: SessionDep, run_id: str = RunId):
     run = rs.run_by_ref_or_404(session, run_id)
     return json_response(rs.metrics_series(rs.run_steps(session, run.id)))
+
+
+SEARCH_DOC = (
+    "Filters: FIELD__OP=value (or FIELD=value for eq), all of them applying, over the fields "
+    + ", ".join(FIELDS)
+    + "; operators eq, ne, gt, lt on numbers, eq, ne, contains on group, eq, ne on passed; findings is "
+    "the number of audit findings naming the episode (contains: their codes)."
+)
+
+
+@router.get(
+    "/api/runs/{run_id}/episodes",
+    response_model=list[RunEpisodeOut],
+    responses={
+        **ERRORS,
+        200: {
+            "headers": {"X-Total-Count": {"description": "episodes matching", "schema": {"type": "integer"}}}
+        },
+    },
+    summary="Search and sort a run's kept episodes (fields stored at ingest)",
+    description=SEARCH_DOC,
+)
+def search_run_episodes(
+    request: Request,
+    session: SessionDep,
+    run_id: str = RunId,
+    sort: str | None = Query(
+        None, description="FIELD or -FIELD (descending); default: step, then upload order"
+    ),
+    limit: str | None = Query(
+        None, description=f"episodes per page, 1 to {LIMIT_MAX} (default {LIMIT_DEFAULT})"
+    ),
+    offset: str | None = Query(None, description="episodes skipped (default 0)"),
+):
+    """One page of the run's kept episodes, with the number matching in ``X-Total-Count``."""
+    run = rs.run_by_ref_or_404(session, run_id)
+    page = search(session, run.id, list(request.query_params.multi_items()))
+    for row in page.rows:
+        row["url"] = urls.episode(row["slug"])
+        row["batch_url"] = urls.batch(row["batch_ref"])
+    response = json_response(page.rows)
+    response.headers["X-Total-Count"] = str(page.total)
+    return response
 
 
 @router.post(
