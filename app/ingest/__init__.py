@@ -16,7 +16,7 @@ from types import ModuleType
 from app.core.errors import ApiError
 from app.core.schemas import EpisodeIn
 from app.core.validate import ArrayEpisode
-from app.ingest._common import Parsed, first_object
+from app.ingest._common import Parsed, first_object, forget_document
 from app.ingest._damage import check as check_damage
 from app.ingest._mapping import iter_mapped, parse_mapping, unknown_format_hint
 from app.ingest._tokenizer import TokenDecoder, load_tokenizer
@@ -49,6 +49,7 @@ def detect(data: bytes, filename: str | None = None) -> str:
         from app.ingest._common import read_records
 
         read_records(data)
+    forget_document(data)  # no format will read the document first_object parsed
     raise ApiError(
         422,
         "unknown_format",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,10 +85,27 @@ def split_lines(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
+def head_lines(data: bytes, k: int, limit: int) -> list[tuple[int, bytes]]:
+    """The first ``k`` non-blank lines (as :func:`split_lines`) of the first ``limit`` bytes,
+    found without splitting the rest."""
+    view = data[:limit] if len(data) > limit else data
+    out: list[tuple[int, bytes]] = []
+    start, number = 0, 1
+    while len(out) < k and start < len(view):
+        end = view.find(b"\n", start)
+        if end < 0:
+            end = len(view)
+        line = view[start:end].strip()
+        if line:
+            out.append((number, line))
+        start, number = end + 1, number + 1
+    return out
+
+
 def looks_like_jsonl(data: bytes) -> bool:
     """True when the first non-blank line is a complete JSON value on its own (JSONL), or the
     document is a single line."""
-    lines = split_lines(data[: 1 << 20]) if len(data) > (1 << 20) else split_lines(data)
+    lines = head_lines(data, 2, 1 << 20)
     if len(lines) <= 1:
         return False
     first = lines[0][1]
@@ -115,8 +133,10 @@ def read_records(data: bytes) -> list[Record]:
             except ValueError as e:
                 raise _bad_json(line, e) from None
         return out
+    found, doc = _recall(data)
     try:
-        doc = _loads(data)
+        if not found:
+            doc = _loads(data)
     except ValueError:
         try:  # the stdlib parser reports the line of the error
             doc = json.loads(data)
@@ -142,43 +162,82 @@ def parse_records(name: str, data: bytes, episode_from_record: Callable[[Record]
     return out
 
 
-_DECODER = json.JSONDecoder()
-
-
-def _first_element(data: bytes) -> Any:
-    """The first element of a JSON array document, decoded from a prefix of the bytes (so a
-    100 MB array is not parsed for detection); ValueError when the prefix does not hold it."""
-    head = data[: 1 << 22].decode("utf-8", "ignore")
-    i = head.index("[") + 1
-    while i < len(head) and head[i] in " \t\r\n":
-        i += 1
-    if head[i : i + 1] == "]":
-        return None
-    obj, _ = _DECODER.raw_decode(head, i)
-    return obj
-
-
 def first_object(data: bytes) -> Any:
     """The first record of a JSON/JSONL upload without parsing the rest (for format detection), or None.
 
-    JSONL: the first line. A JSON array: its first element, read from the first 4 MiB (the whole
-    document only when the element is larger). Anything else is parsed whole."""
+    JSONL: the first line. A JSON array: its first element, parsed from a prefix of the file. A
+    single JSON document (one object, ``{"episodes": [...]}``) is the first record itself: it is
+    parsed once, and :func:`read_records` takes that parse instead of parsing the file again."""
     try:
         if looks_like_jsonl(data):
-            return loads(split_lines(data[: 1 << 22])[0][1])
-        if data[:4096].lstrip()[:1] == b"[":
-            try:
-                return _first_element(data)
-            except (ValueError, IndexError):
-                pass  # the first element is longer than the prefix (or not valid): parse it all
+            return loads(head_lines(data, 1, 1 << 22)[0][1])
+        found, first = _first_of_array(data)
+        if found:
+            return first
         doc = loads(data)
     except (ValueError, IndexError):
         return None
+    _remember(data, doc)
     if isinstance(doc, dict) and isinstance(doc.get("episodes"), list):
         doc = doc["episodes"]
     if isinstance(doc, list):
         return doc[0] if doc else None
     return doc
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _first_of_array(data: bytes) -> tuple[bool, Any]:
+    """(True, first element) of a JSON array, parsed from a prefix of ``data`` (1 MiB, then 16 MiB,
+    then all of it: only the first element is ever parsed), (True, None) for an empty array;
+    (False, None) when ``data`` is not an array or its first element is not valid JSON (the
+    caller's whole-document parse then reports where)."""
+    head = data[:64].lstrip()
+    if not head.startswith(b"["):
+        return False, None
+    for size in (1 << 20, 1 << 24, len(data)):
+        text = data[:size].decode("utf-8", errors="ignore")
+        i = text.index("[") + 1
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if text[i : i + 1] == "]":
+            return True, None
+        try:
+            return True, _DECODER.raw_decode(text, i)[0]  # parses the first element only
+        except ValueError:
+            if size >= len(data):
+                break
+            # the first element runs past this prefix
+    return False, None
+
+
+# The documents first_object parsed, by id of the upload's bytes (the bytes kept, compared with
+# `is`, so an id reused after garbage collection never matches): read_records takes its parse.
+_DOCS: dict[int, tuple[bytes, Any]] = {}
+_DOCS_LOCK = threading.Lock()
+_DOCS_MAX = 4
+
+
+def _remember(data: bytes, doc: Any) -> None:
+    with _DOCS_LOCK:
+        while len(_DOCS) >= _DOCS_MAX:
+            _DOCS.pop(next(iter(_DOCS)))
+        _DOCS[id(data)] = (data, doc)
+
+
+def forget_document(data: bytes) -> None:
+    """Drop the parse :func:`first_object` kept for ``data`` (nothing will read it)."""
+    _recall(data)
+
+
+def _recall(data: bytes) -> tuple[bool, Any]:
+    with _DOCS_LOCK:
+        hit = _DOCS.get(id(data))
+        if hit is not None and hit[0] is data:
+            del _DOCS[id(data)]
+            return True, hit[1]
+    return False, None
 
 
 def validation_error(exc: ValidationError, rec: Record, model: str = "native") -> ApiError:
