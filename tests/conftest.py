@@ -4,13 +4,19 @@
 Playwright's sync API runs an event loop; a second ``sync_playwright()`` opened while another is
 alive fails ("using Playwright Sync API inside the asyncio loop"), so every browser test takes
 this one fixture instead of starting its own.
+
+``sqlite_url``: a fresh SQLite file at head, copied from one migrated per session; ``postgres``: the
+PostgreSQL database of CREDITLENS_TEST_PG_URL, migrated once, for fresh (emptied) databases and
+copies (tests/databases.py says why and how).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from databases import PgDatabases, SqliteTemplate
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -21,8 +27,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-# pytest-timeout for tests marked `slow` (the default, 300 s, is in pyproject.toml): the PostgreSQL
-# re-run of tests/app, the Dockerfile replay and the 100 MB crash test take minutes on 2 cores.
+# pytest-timeout for tests marked `slow` (the default, 300 s, is in pyproject.toml): the Docker image
+# build, the Dockerfile replay and the 100 MB crash test take minutes on a busy 2-core machine.
 SLOW_TIMEOUT_S = 1200
 
 
@@ -43,3 +49,25 @@ def chromium():
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory) -> SqliteTemplate:
+    return SqliteTemplate(tmp_path_factory.mktemp("sqlite-template"))
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template, tmp_path) -> str:
+    """A fresh SQLite database at head (a file in the test's tmp_path): its URL."""
+    return sqlite_template.url(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """The PostgreSQL test database (CREDITLENS_TEST_PG_URL), at head; skips when it is not set."""
+    url = os.environ.get("CREDITLENS_TEST_PG_URL")
+    if not url:
+        pytest.skip("CREDITLENS_TEST_PG_URL is not set (.ci/run sets it after starting PostgreSQL)")
+    pg = PgDatabases(url)
+    yield pg
+    pg.close()

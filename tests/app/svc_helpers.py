@@ -1,13 +1,13 @@
-"""Helpers for the service tests: the real app on a temp SQLite FILE through TestClient."""
+"""Helpers for the service tests: the real app on a real database (SQLite file or PostgreSQL) through
+TestClient."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from app.core.settings import Settings
 from app.main import create_app
@@ -15,23 +15,11 @@ from app.main import create_app
 FORMATS = Path(__file__).resolve().parents[2] / "fixtures" / "formats"
 
 
-def test_database_url(tmp_path: Path) -> str:
-    """A fresh database for one test: a SQLite file in tmp_path, or, when the suite is run with
-    CREDITLENS_TEST_BACKEND=postgres (tests/deploy/test_postgres_suite.py does), the PostgreSQL
-    database at CREDITLENS_TEST_PG_URL with its schema wiped."""
-    if os.environ.get("CREDITLENS_TEST_BACKEND") == "postgres":
-        url = os.environ["CREDITLENS_TEST_PG_URL"]
-        engine = create_engine(url)
-        with engine.begin() as conn:
-            conn.execute(text("DROP SCHEMA public CASCADE"))
-            conn.execute(text("CREATE SCHEMA public"))
-        engine.dispose()
-        return url
-    return f"sqlite:///{tmp_path / 'test.db'}"
-
-
-def make_client(tmp_path: Path, **overrides) -> TestClient:
-    settings = Settings(database_url=test_database_url(tmp_path), **overrides)
+def make_client(db: str | Path, **overrides) -> TestClient:
+    """The app on ``db``: a database URL (the ``db_url`` fixture: SQLite or PostgreSQL, at head), or
+    a folder, for a new SQLite file there that the app migrates at start."""
+    url = db if isinstance(db, str) else f"sqlite:///{Path(db) / 'test.db'}"
+    settings = Settings(database_url=url, **overrides)
     return TestClient(create_app(settings))
 
 

@@ -7,8 +7,8 @@ import re
 from svc_helpers import make_client
 
 
-def test_api_explorers_load_only_local_assets(tmp_path):
-    with make_client(tmp_path) as client:
+def test_api_explorers_load_only_local_assets(sqlite_url):
+    with make_client(sqlite_url) as client:
         for page in ("/docs", "/redoc"):
             res = client.get(page)
             assert res.status_code == 200

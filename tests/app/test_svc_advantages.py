@@ -198,14 +198,14 @@ def test_schemes_listing(client):
         assert n in names
 
 
-def test_every_registry_scheme_answers_200_or_a_clear_4xx(tmp_path):
+def test_every_registry_scheme_answers_200_or_a_clear_4xx(db_url):
     """No scheme may crash the API: an estimator that cannot run on an episode (e.g. the optimal
     token baseline without logprobs) is a 422 naming the scheme."""
     from svc_helpers import FORMATS, make_client
 
     from estimators import available
 
-    c = make_client(tmp_path)
+    c = make_client(db_url)
     c.raise_server_exceptions = False
     with c:
         for name in ("native.jsonl", "verl_batch.pt"):

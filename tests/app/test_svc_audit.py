@@ -26,11 +26,11 @@ def upload_case(client, case: str) -> dict:
     return r.json()
 
 
-@pytest.fixture
-def corpus_client(tmp_path):
-    """An app with every corpus case uploaded. One per test: on PostgreSQL every new client wipes
-    the shared test database, so a module-wide one would lose its batches to the next test."""
-    with make_client(tmp_path) as c:
+@pytest.fixture(scope="module")
+def corpus_client(module_db_url):
+    """An app with every corpus case uploaded, shared by the module's tests (on PostgreSQL a database
+    of its own, which the other tests' fresh databases leave alone)."""
+    with make_client(module_db_url) as c:
         created = {case: upload_case(c, case) for case in sorted(MANIFEST)}
         yield c, created
 
@@ -89,8 +89,8 @@ def test_clean_batches_have_no_error_finding(corpus_client):
         assert out["findings"] == [] and out["n_errors"] == 0
 
 
-def test_audit_is_computed_once_and_stored(tmp_path):
-    with make_client(tmp_path) as client:
+def test_audit_is_computed_once_and_stored(db_url):
+    with make_client(db_url) as client:
         up = upload_case(client, "reward_row_end")
         bid = up["batch_id"]
         with _session(client) as s:
@@ -151,8 +151,8 @@ def test_audit_of_an_unknown_batch_is_404(client):
     assert client.get("/api/batches/987654/audit").status_code == 404
 
 
-def test_work_budget_is_413_saying_what_to_reduce(tmp_path):
-    with make_client(tmp_path, audit_max_cells=100) as client:
+def test_work_budget_is_413_saying_what_to_reduce(db_url):
+    with make_client(db_url, audit_max_cells=100) as client:
         up = upload_case(client, "clean_grpo")
         r = client.get(f"/api/batches/{up['batch_id']}/audit")
         assert r.status_code == 413

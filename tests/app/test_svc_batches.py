@@ -148,13 +148,13 @@ def test_load_demo_only_into_an_empty_database(client, tmp_path):
         assert load_demo(s, folder) == []  # not empty any more: loads nothing
 
 
-def test_demo_setting_loads_the_shipped_fixtures_on_start(tmp_path):
+def test_demo_setting_loads_the_shipped_fixtures_on_start(db_url):
     from svc_helpers import make_client
 
     from app.core.resources import demo_dir
 
     files = sorted(demo_dir().glob("*.jsonl"))
-    with make_client(tmp_path, demo=True) as c:
+    with make_client(db_url, demo=True) as c:
         names = sorted(b["name"] for b in c.get("/api/batches").json())
     assert names == sorted(f.stem for f in files if f.read_text().strip())
 

@@ -14,8 +14,8 @@ from svc_helpers import episode, jsonl, make_client
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_batches_carry_their_meta_file(tmp_path):
-    with make_client(tmp_path, demo=True) as client:
+def test_demo_batches_carry_their_meta_file(db_url):
+    with make_client(db_url, demo=True) as client:
         batches = {b["name"]: b for b in client.get("/api/batches").json()}
         assert set(batches) == {"bugfix", "handbuilt"}
         full = client.get(f"/api/batches/{batches['bugfix']['id']}").json()
@@ -27,8 +27,8 @@ def test_demo_batches_carry_their_meta_file(tmp_path):
     assert full["n_episodes"] == 160
 
 
-def test_search_matches_task_and_group_of_episodes(tmp_path):
-    with make_client(tmp_path) as client:
+def test_search_matches_task_and_group_of_episodes(db_url):
+    with make_client(db_url) as client:
         a = [episode(group="fizzbuzz-7", meta={"task": "fizzbuzz"}) for _ in range(2)]
         r = client.post("/api/uploads?name=alpha&format=native", content=jsonl(a))
         assert r.status_code == 201, r.text

@@ -81,11 +81,11 @@ def test_outcome_answers_through_the_api_match_the_padded_estimator(client):
         assert got == pytest.approx([float(want[b, 2]) for b in range(5)], abs=1e-12), name
 
 
-def test_beyond_the_work_budget_is_a_413_saying_what_to_reduce(tmp_path):
+def test_beyond_the_work_budget_is_a_413_saying_what_to_reduce(db_url):
     from svc_helpers import make_client
 
     # 5 tokens x (schemes + 4): one scheme needs 25 numbers, three need 35; the budget is 30.
-    with make_client(tmp_path, max_compute_cells=30) as c:
+    with make_client(db_url, max_compute_cells=30) as c:
         slug = upload(c, [episode(reward=1.0)]).json()["episodes"][0]["slug"]
         ok = c.get(f"/api/episodes/{slug}/advantages", params={"scheme": "outcome"})
         assert ok.status_code == 200

@@ -39,10 +39,10 @@ def _episode():
     }
 
 
-def test_api_numbers_equal_on_both_paths(tmp_path):
+def test_api_numbers_equal_on_both_paths(new_db):
     got = {}
     for on in (True, False):
-        with make_client(tmp_path / str(on), native=on) as client:
+        with make_client(new_db(), native=on) as client:
             assert native.enabled() is on
             slug = upload(client, [_episode()]).json()["episodes"][0]["slug"]
             r = client.get(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 
 import pytest
@@ -16,11 +15,8 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def pg_client():
-    url = os.environ.get("CREDITLENS_TEST_PG_URL")
-    if not url:
-        pytest.skip("CREDITLENS_TEST_PG_URL is not set")
-    with TestClient(create_app(Settings(database_url=url))) as c:
+def pg_client(postgres):
+    with TestClient(create_app(Settings(database_url=postgres.fresh()))) as c:
         yield c
 
 

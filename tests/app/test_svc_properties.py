@@ -31,8 +31,8 @@ def episodes(draw):
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    with make_client(tmp_path_factory.mktemp("prop")) as c:
+def client(module_db_url):
+    with make_client(module_db_url) as c:
         yield c
 
 

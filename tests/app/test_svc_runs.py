@@ -160,8 +160,8 @@ def test_delete_run_needs_its_token_and_removes_its_batches_and_episodes(client)
     assert client.delete(f"/api/runs/{run['id']}", params={"token": run["delete_token"]}).status_code == 404
 
 
-def test_write_token_applies(tmp_path):
-    with make_client(tmp_path, write_token="s3cret") as c:
+def test_write_token_applies(db_url):
+    with make_client(db_url, write_token="s3cret") as c:
         assert c.post("/api/runs", json={"name": "x"}).status_code == 401
         auth = {"authorization": "Bearer s3cret"}
         run = c.post("/api/runs", json={"name": "x"}, headers=auth).json()

@@ -28,8 +28,8 @@ def _ep(**fields) -> dict:
 
 
 @pytest.fixture
-def client(tmp_path):
-    with make_client(tmp_path) as c:
+def client(db_url):
+    with make_client(db_url) as c:
         yield c
 
 

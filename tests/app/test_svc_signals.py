@@ -22,8 +22,8 @@ SIGNALS = ("ref_logprobs", "rollout_logprobs", "entropy")
 
 
 @pytest.fixture
-def client(tmp_path):
-    with make_client(tmp_path) as c:
+def client(db_url):
+    with make_client(db_url) as c:
         yield c
 
 
@@ -301,9 +301,9 @@ def test_bad_tokenizer_is_422_naming_the_field(client):
     assert row_counts(client) == (0, 0)
 
 
-def test_tokenizer_size_is_bounded(tmp_path, tok):
+def test_tokenizer_size_is_bounded(db_url, tok):
     raw = tok.to_str().encode()
-    with make_client(tmp_path, max_tokenizer_bytes=len(raw) - 1) as c:
+    with make_client(db_url, max_tokenizer_bytes=len(raw) - 1) as c:
         r = with_tokenizer(c, save(st_batch()), "b.safetensors", raw)
         assert r.status_code == 413, r.text
         err = r.json()["error"]

@@ -137,9 +137,9 @@ def test_unknown_format_and_empty_upload(client):
     assert_error(r, 422, "unknown_format", field="format")
 
 
-def test_size_limits_answer_413(tmp_path):
+def test_size_limits_answer_413(db_url):
     with make_client(
-        tmp_path, max_upload_bytes=2000, max_tokens_per_episode=10, max_episodes_per_upload=3
+        db_url, max_upload_bytes=2000, max_tokens_per_episode=10, max_episodes_per_upload=3
     ) as c:
         big = jsonl([episode(n_prompt=2, n_policy=50)])
         err = assert_error(c.post("/api/uploads", files={"file": ("x.jsonl", big * 3)}), 413, "too_large")
@@ -174,8 +174,8 @@ def test_delete_needs_the_token_returned_once(client):
     assert r.status_code == 204 and row_counts(client) == (0, 0)
 
 
-def test_write_token_is_enforced_when_set(tmp_path):
-    with make_client(tmp_path, write_token="s3cret") as c:
+def test_write_token_is_enforced_when_set(db_url):
+    with make_client(db_url, write_token="s3cret") as c:
         assert_error(upload(c, [episode()]), 401, "unauthorized")
         r = c.post(
             "/api/uploads",

@@ -11,7 +11,6 @@ import pytest
 from live_server import Server
 from pydantic import ValidationError
 from svc_helpers import episode, jsonl
-from svc_helpers import test_database_url as database_url  # (not collected as a test)
 
 from app.core.settings import Settings
 
@@ -19,11 +18,10 @@ SLUG = re.compile(r"^[A-Za-z0-9_-]{24}$")  # 144 random bits, URL-safe
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory):
+def srv(tmp_path_factory, module_db_url):
     tmp = tmp_path_factory.mktemp("vis")
-    # SQLite, or PostgreSQL when the suite runs on it (tests/deploy/test_postgres_suite.py).
-    db = {"CREDITLENS_DATABASE_URL": database_url(tmp)}
-    with Server(tmp / "db.sqlite", tmp / "server.log", **db) as s:
+    # SQLite or PostgreSQL (the module's tests run on both).
+    with Server(tmp / "db.sqlite", tmp / "server.log", CREDITLENS_DATABASE_URL=module_db_url) as s:
         yield s
 
 
@@ -167,9 +165,9 @@ def test_unlisted_sample(http):
     assert body["batch_id"] not in _listed_ids(http, source="sample")
 
 
-def test_default_visibility_setting(tmp_path):
+def test_default_visibility_setting(tmp_path, db_url):
     env = {
-        "CREDITLENS_DATABASE_URL": database_url(tmp_path),
+        "CREDITLENS_DATABASE_URL": db_url,
         "CREDITLENS_DEFAULT_VISIBILITY": "unlisted",
     }
     with Server(tmp_path / "db.sqlite", tmp_path / "s.log", **env) as s:

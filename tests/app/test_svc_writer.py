@@ -52,8 +52,8 @@ def test_postgres_has_no_writer_lock():
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in DEMO.glob("*.jsonl")))
-def test_stored_diagnostics_are_those_of_the_stored_batch(tmp_path, name):
-    with make_client(tmp_path) as client:
+def test_stored_diagnostics_are_those_of_the_stored_batch(db_url, name):
+    with make_client(db_url) as client:
         r = client.post(
             "/api/uploads",
             content=(DEMO / name).read_bytes(),

@@ -18,8 +18,8 @@ B, T = 3, 8
 
 
 @pytest.fixture
-def client(tmp_path):
-    with make_client(tmp_path) as c:
+def client(sqlite_url):
+    with make_client(sqlite_url) as c:
         yield c
 
 
