@@ -38,6 +38,14 @@ setup(
             extra_compile_args=["-O3"],
             # Without a compiler the install still succeeds and gae uses the torch path.
             optional=True,
-        )
+        ),
+        # The per-token policy-loss weights (estimators/loss.py); the same fallback without it.
+        # -fno-trapping-math lets the selections in its loop become vector blends.
+        Extension(
+            "estimators._loss_native",
+            sources=["estimators/_loss_native.c"],
+            extra_compile_args=["-O3", "-fno-trapping-math"],
+            optional=True,
+        ),
     ],
 )

@@ -19,6 +19,7 @@ from .groups import (
     opo,
     rloo,
 )
+from .loss import TokenState, loss_token_states, loss_weights, loss_weights_and_states
 from .registry import EstimatorInput, EstimatorOutput, EstimatorSpec, available, compute, get, register
 from .stats import explained_variance, masked_mean, masked_var, whiten
 from .token import (
@@ -58,6 +59,9 @@ __all__ = [
     "group_stats",
     "grpo",
     "grpo_passk",
+    "loss_token_states",
+    "loss_weights",
+    "loss_weights_and_states",
     "masked_mean",
     "masked_var",
     "native",
@@ -74,6 +78,7 @@ __all__ = [
     "register",
     "returns_to_go",
     "rloo",
+    "TokenState",
     "td_errors",
     "turn_gae",
     "turn_spans",

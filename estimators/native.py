@@ -27,6 +27,10 @@ try:
     from . import _native  # type: ignore[attr-defined]
 except ImportError:  # not built (no compiler at install time)
     _native = None
+try:  # the policy-loss weights' kernel (estimators/_loss_native.c), built alongside
+    from . import _loss_native  # type: ignore[attr-defined]
+except ImportError:
+    _loss_native = None
 
 _V_KINDS = {torch.float32: 0, torch.float64: 1}
 _M_KINDS = {torch.int64: 0, torch.int32: 1, torch.uint8: 2, torch.bool: 2, torch.float32: 3, torch.float64: 4}
@@ -65,6 +69,19 @@ def disabled() -> Iterator[None]:
         yield
     finally:
         _off.depth -= 1
+
+
+def loss_kernel() -> Any:
+    """The compiled policy-loss-weights module (``estimators/_loss_native.c``) when it is built
+    and kernels are on (the same switches as :func:`enabled`), else None."""
+    if _loss_native is None or int(getattr(_off, "depth", 0)):
+        return None
+    on = (
+        _default
+        if _default is not None
+        else os.environ.get("CREDITLENS_NATIVE", "1").strip().lower() not in _OFF_WORDS
+    )
+    return _loss_native if on else None
 
 
 def _prepare(rewards: Tensor, values: Tensor, mask: Tensor, last_value: Tensor | None) -> Any:
