@@ -9,7 +9,7 @@ float64: ``vanilla``, ``token-mean``, token TIS (threshold 2), against
 
 Also printed: the torch path (``CREDITLENS_NATIVE=0``), the token states, and the other losses on
 the torch path. Medians after a warm-up, timed round-robin so a shared machine's load hits all
-alike; ``torch.set_num_threads(2)``.
+alike; ``torch.set_num_threads(2)``; with the server's malloc settings (``app.malloc``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from app.malloc import tune_malloc
 from estimators import loss_weights, loss_weights_and_states, native
 
 
@@ -61,6 +62,9 @@ def _verl():
 def run(quick: bool = False) -> dict:
     torch.set_num_threads(2)
     out: dict = {"load_average_1min_at_start": round(os.getloadavg()[0], 2)}
+    # The server's malloc settings (app/malloc.py), as in bench/estimators.py: without them glibc
+    # hands each freed 32 MB output back and the next call faults it in again.
+    out["malloc_tuned"] = tune_malloc()
     B, T = (64, 2048) if quick else (512, 8192)
     adv, lp, old, rollout, mask = batch(B, T)
     mf = mask.to(torch.float64)

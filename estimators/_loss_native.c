@@ -35,20 +35,20 @@ enum { S_HIGH = 1, S_LOW = 2, S_DUAL = 4, S_TIS = 8, S_ICEPOP = 16, S_STABLE = 6
 #define CLONES
 #endif
 
-static inline double as_double(int64_t i) {
+static inline __attribute__((always_inline)) double as_double(int64_t i) {
     double d;
     memcpy(&d, &i, sizeof d);
     return d;
 }
 
-static inline int64_t as_int(double d) {
+static inline __attribute__((always_inline)) int64_t as_int(double d) {
     int64_t i;
     memcpy(&i, &d, sizeof i);
     return i;
 }
 
 /* exp(x) for |x| <= 45: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its Taylor polynomial. */
-static inline double exp45(double x) {
+static inline __attribute__((always_inline)) double exp45(double x) {
     const double magic = 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to an integer */
     const double t = x * 1.4426950408889634 + magic;
     const double n = t - magic;
@@ -70,7 +70,7 @@ static inline double exp45(double x) {
     return p * as_double((as_int(t) - as_int(magic) + 1023) << 52);
 }
 
-static inline double clampd(double x, double lo, double hi) {
+static inline __attribute__((always_inline)) double clampd(double x, double lo, double hi) {
     x = x < lo ? lo : x;
     return x > hi ? hi : x;
 }
@@ -88,16 +88,27 @@ typedef struct {
 /* One row, for compile-time LOSS and ROLL (so that each instance is one branch-free loop). */
 #define ROW(MT, LOSS, ROLL)                                                                      \
     {                                                                                            \
-        const MT *m = (const MT *)j->m + o;                                                      \
+        const MT *restrict m = (const MT *)j->m + o;                                             \
+        /* Two loops: the ratio and its flags into w and st, then the rest (one loop with two   \
+         * exponentials and every comparison does not vectorise). */                             \
         for (int64_t t = 0; t < T; ++t) {                                                        \
-            const double mv = (double)m[t], A = a[t], d = lp[t] - olp[t];                        \
+            const double A = a[t], d = lp[t] - olp[t];                                           \
             const double r = exp45(clampd(d, -20.0, 20.0));                                      \
             const int big = (d < -20.0) | (d > 20.0);                                            \
             const int pos = A > 0.0, neg = A < 0.0;                                              \
             const int high = LOSS == L_CISPO ? r > hi : pos & (r > hi);                          \
             const int lw = LOSS == L_CISPO ? r < lo : neg & (r < lo);                            \
             const int dual = (LOSS == L_VANILLA) & neg & (r > c);                                \
-            const int cut = (LOSS == L_VANILLA) & (high | lw | dual | big);                      \
+            int f = 0;                                                                           \
+            if (LOSS != L_GPG) f = high * S_HIGH | lw * S_LOW;                                   \
+            if (LOSS == L_VANILLA) f |= dual * S_DUAL | big * S_STABLE;                          \
+            w[t] = r;                                                                            \
+            st[t] = (uint8_t)f;                                                                  \
+        }                                                                                        \
+        for (int64_t t = 0; t < T; ++t) {                                                        \
+            const double mv = (double)m[t], A = a[t], r = w[t];                                  \
+            const int f0 = st[t];                                                                \
+            const int cut = (LOSS == L_VANILLA) & (f0 != 0);                                     \
             const double g = LOSS == L_GPG ? A : (LOSS == L_CISPO ? A * clampd(r, lo, hi) : A * r); \
             const int tok = ROLL == R_TOKEN_TIS || ROLL == R_TOKEN_ICE;                          \
             const int ice = ROLL == R_TOKEN_ICE || ROLL == R_SEQ_ICE;                            \
@@ -108,10 +119,7 @@ typedef struct {
             const double v = ((s * mv) * rho) * g;                                               \
             const int on = mv != 0.0;                                                            \
             w[t] = (on & !cut) ? v : 0.0;                                                        \
-            int f = trunc * S_TIS | out * S_ICEPOP;                                              \
-            if (LOSS != L_GPG) f |= high * S_HIGH | lw * S_LOW;                                  \
-            if (LOSS == L_VANILLA) f |= dual * S_DUAL | big * S_STABLE;                          \
-            st[t] = on ? (uint8_t)f : 0;                                                         \
+            st[t] = on ? (uint8_t)(f0 | trunc * S_TIS | out * S_ICEPOP) : 0;                     \
         }                                                                                        \
     }
 
@@ -127,10 +135,11 @@ typedef struct {
 #define ROW_FN(MT)                                                                               \
     static CLONES void row_##MT(const job_t *j, int64_t b) {                                     \
         const int64_t T = j->T, o = b * T;                                                       \
-        const double *a = j->a + o, *lp = j->lp + o, *olp = j->olp + o;                          \
-        const double *rlp = j->rlp ? j->rlp + o : j->olp + o;                                    \
-        double *w = j->w + o;                                                                    \
-        uint8_t *st = j->st + o;                                                                 \
+        const double *restrict a = j->a + o, *restrict lp = j->lp + o;                           \
+        const double *restrict olp = j->olp + o;                                                 \
+        const double *restrict rlp = j->rlp ? j->rlp + o : j->olp + o;                           \
+        double *restrict w = j->w + o;                                                           \
+        uint8_t *restrict st = j->st + o; /* restrict: no alias checks, one vector loop */       \
         const double s = j->scale[b], rowrho = j->rowrho ? j->rowrho[b] : 1.0;                   \
         const double lo = j->lo, hi = j->hi, c = j->c, up = j->upper, low = j->lower;            \
         switch (j->loss) {                                                                       \
@@ -202,7 +211,44 @@ static PyObject *native_loss_weights(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Each row's mask sum, in double (torch's reductions of a bool mask take ~10 passes' time). */
+#define COUNT_ROWS(MT, ACC)                                                                      \
+    static CLONES void count_##MT(const MT *restrict m, double *restrict out, int64_t B,         \
+                                  int64_t T) {                                                   \
+        for (int64_t b = 0; b < B; ++b) {                                                        \
+            const MT *restrict row = m + b * T;                                                  \
+            ACC acc = 0; /* integer masks sum in integers: that loop vectorises */               \
+            for (int64_t t = 0; t < T; ++t) acc += (ACC)row[t];                                  \
+            out[b] = (double)acc;                                                                \
+        }                                                                                        \
+    }
+COUNT_ROWS(int64_t, int64_t)
+COUNT_ROWS(uint8_t, int64_t)
+COUNT_ROWS(f64, double)
+
+static PyObject *native_row_counts(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long m, out;
+    long long B, T;
+    int mk;
+    if (!PyArg_ParseTuple(args, "KKLLi", &m, &out, &B, &T, &mk)) return NULL;
+    if (B < 0 || T < 0 || mk < M_I64 || mk > M_F64) {
+        PyErr_SetString(PyExc_ValueError, "bad shape or mask code");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    switch (mk) {
+    case M_I64: count_int64_t((const int64_t *)(uintptr_t)m, (double *)(uintptr_t)out, B, T); break;
+    case M_U8: count_uint8_t((const uint8_t *)(uintptr_t)m, (double *)(uintptr_t)out, B, T); break;
+    default: count_f64((const double *)(uintptr_t)m, (double *)(uintptr_t)out, B, T); break;
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"row_counts", native_row_counts, METH_VARARGS,
+     "row_counts(m, out, B, T, mkind): each row's mask sum into a [B] double buffer."},
     {"loss_weights", native_loss_weights, METH_VARARGS,
      "loss_weights(a, lp, olp, rlp, m, scale, rowrho, w, st, B, T, loss, rollout, mkind, lo, hi, "
      "c, upper, lower, threads): per-token policy-loss weights in one pass (addresses of "

@@ -421,7 +421,11 @@ def _native_path(
     m = mask.contiguous()
     m = m.view(torch.uint8) if m.dtype == torch.bool else m
     a, lp, olp = a.contiguous(), lp.contiguous(), olp.contiguous()
-    counts = m.sum(dim=-1, dtype=torch.float64)
+    counts = torch.empty(B, dtype=torch.float64)
+    if B * T:
+        kernel.row_counts(m.data_ptr(), counts.data_ptr(), B, T, mk)
+    else:
+        counts.zero_()
     scale = _row_scale(counts, T, cfg).contiguous()
     rowrho: Tensor | None = None
     roll = 0
