@@ -16,6 +16,7 @@ import torch
 from paths import GAE_PATHS, gae_path
 
 import estimators as E
+from estimators import native
 from estimators.loss import AGGS, LOSSES, ZEROING, TokenState
 
 pytestmark = pytest.mark.verl
@@ -303,6 +304,8 @@ def test_no_autograd_and_dtype():
 @pytest.mark.parametrize("rollout_is,threshold", ROLLOUTS)
 def test_kernel_equals_torch_path(loss, rollout_is, threshold, path):
     """The compiled kernel (when built) and the torch path give the same weights and states."""
+    if path == "native":
+        assert native.loss_kernel() is not None, "the loss kernel is not built (make install)"
     adv, lp, old, rollout, mask = make_batch(10, B=40, T=300)
     kw = dict(loss=loss, rollout_log_prob=rollout, rollout_is=rollout_is, rollout_is_threshold=threshold)
     for agg in AGGS:
