@@ -156,5 +156,37 @@ function setupForm() {
   });
 }
 
+const PROMPTS_SHOWN = 10;
+
+/** The prompts seen most often, each linking to its history page. */
+async function loadPrompts() {
+  const table = $("prompts");
+  try {
+    const { body, total } = await fetchJSONPage(urls.apiRunPrompts(init.run_id, `limit=${PROMPTS_SHOWN}`));
+    if (!body.length) {
+      $("prompts-count").textContent = "No prompt history (the run's steps were stored before it existed, or it has none yet).";
+    } else if (total > body.length) {
+      $("prompts-count").textContent = `The ${body.length} of ${total.toLocaleString("en")} prompts seen most often; open one to follow it through training.`;
+    }
+    const head = el("tr", {}, ...["prompt", "steps", "last pass rate"].map((h) => el("th", { scope: "col" }, h)));
+    const rows = body.map((p) => {
+      const last = p.steps[p.steps.length - 1];
+      const text = p.prompt.length > 90 ? p.prompt.slice(0, 90) + "…" : p.prompt;
+      return el(
+        "tr",
+        {},
+        el("td", {}, el("a", { href: p.url }, text || p.key)),
+        el("td", { class: "num" }, String(p.steps.length)),
+        el("td", { class: "num" }, last ? fmt(last.pass_rate) : "—"),
+      );
+    });
+    table.replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+  } catch (e) {
+    $("prompts-count").textContent = e.describe ? e.describe() : String(e);
+  }
+  table.dataset.ready = "1";
+}
+
 setupForm();
 load();
+loadPrompts();

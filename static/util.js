@@ -30,6 +30,10 @@ export const urls = {
   apiRunMetrics: (ref) => `/api/runs/${enc(ref)}/metrics`,
   apiRunStep: (ref, step) => `/api/runs/${enc(ref)}/steps/${step}`,
   apiRunEpisodes: (ref, qs = "") => withQuery(`/api/runs/${enc(ref)}/episodes`, qs),
+  apiRunPrompts: (ref, qs = "") => withQuery(`/api/runs/${enc(ref)}/prompts`, qs),
+  runPrompt: (ref, key) => `/r/${enc(ref)}/prompts/${enc(key)}`,
+  compare: (refs) => `/r/compare?runs=${refs.map(enc).join(",")}`,
+  apiCompare: (refs) => `/api/runs/compare?runs=${refs.map(enc).join(",")}`,
 };
 
 /** The numbers' part of an episode view's canonical query, in EpisodeView.query()'s key order

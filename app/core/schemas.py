@@ -302,6 +302,30 @@ class RunOut(RunSummaryOut):
     steps: list[RunStepOut]
 
 
+class PromptStepOut(BaseModel):
+    """One step a prompt was in: over all its episodes at that step (kept or not)."""
+
+    step: int
+    n: int
+    pass_rate: float | None
+    mean_abs_adv: float | None = Field(description="mean |A| on the policy tokens of its episodes")
+    batch_id: int
+    batch_ref: int | str
+    batch_url: str
+    group: str | None
+    n_kept: int = Field(description="of its episodes, how many are stored in full")
+    group_url: str | None = Field(description="the group's page, when its episodes are kept")
+
+
+class PromptOut(BaseModel):
+    """A prompt of a run (GET /api/runs/{id}/prompts): keyed by its tokens."""
+
+    key: str
+    prompt: str
+    url: str
+    steps: list[PromptStepOut]
+
+
 class RunEpisodeOut(BaseModel):
     """One kept episode of a run in GET /api/runs/{id}/episodes: its search fields."""
 

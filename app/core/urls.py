@@ -159,6 +159,40 @@ def api_run_metrics(run_id: Ref) -> str:
     return f"/api/runs/{_ref(run_id)}/metrics"
 
 
+def run_prompt(run_id: Ref, key: str) -> str:
+    """One prompt of a run followed across its steps (pass rate, credit, links to each group)."""
+    return f"/r/{_ref(run_id)}/prompts/{_seg(key)}"
+
+
+def api_run_prompts(run_id: Ref) -> str:
+    """A run's prompts, the most often seen first, each with its steps."""
+    return f"/api/runs/{_ref(run_id)}/prompts"
+
+
+def api_run_prompt(run_id: Ref, key: str) -> str:
+    """One prompt of a run with every step it was in."""
+    return f"/api/runs/{_ref(run_id)}/prompts/{_seg(key)}"
+
+
+def api_run_episodes(run_id: Ref) -> str:
+    """Search a run's kept episodes."""
+    return f"/api/runs/{_ref(run_id)}/episodes"
+
+
+RUN_COMPARE = "/r/compare"
+API_RUNS_COMPARE = "/api/runs/compare"
+
+
+def compare(refs: list[Ref]) -> str:
+    """Runs side by side: each metric's series, one colour per run."""
+    return f"{RUN_COMPARE}?runs={','.join(_ref(r) for r in refs)}"
+
+
+def api_compare(refs: list[Ref]) -> str:
+    """Each metric's series per run, for the compare page."""
+    return f"{API_RUNS_COMPARE}?runs={','.join(_ref(r) for r in refs)}"
+
+
 def api_run_step(run_id: Ref, step: int) -> str:
     """Where one step of a run is posted."""
     return f"/api/runs/{_ref(run_id)}/steps/{int(step)}"

@@ -156,6 +156,7 @@ def import_models() -> None:
         audit_models,
         lab_models,  # noqa: F401
         models,
+        prompt_models,
     )
 
 

@@ -19,6 +19,7 @@ from app.core.errors import not_found
 from app.core.validate import text_column
 from app.storage.db import writing
 from app.storage.models import Batch, BatchStats, Episode, Run
+from app.storage.prompt_models import PromptStepRow
 from app.storage.store import (
     PUBLIC,
     UNLISTED,
@@ -189,6 +190,9 @@ def thin_steps(session: Session, run_id: int, newest: int, every: int) -> list[i
             session.execute(update(Batch).where(col(Batch.id).in_(ids)).values(n_episodes=0, stored_bytes=0))
             # What was computed of them at ingest still describes the step as it came.
             session.execute(update(BatchStats).where(col(BatchStats.batch_id).in_(ids)).values(n_episodes=0))
+            session.execute(
+                update(PromptStepRow).where(col(PromptStepRow.batch_id).in_(ids)).values(n_kept=0)
+            )
             session.commit()
         except Exception:
             session.rollback()

@@ -22,6 +22,7 @@ from sqlalchemy.orm.exc import ObjectDeletedError, StaleDataError
 from sqlmodel import Session, col, select
 
 from app.compute.episode_fields import add_findings, episode_fields
+from app.compute.prompts import PromptStep, prompt_steps
 from app.compute.retention import choose
 from app.compute.step_audit import StepAudit, kept_audit, step_audit
 from app.compute.step_metrics import StepMetrics
@@ -37,6 +38,7 @@ from app.core.validate import prepare_episode, text_column
 from app.storage.audit_models import BatchAudit, EpisodeAudit
 from app.storage.db import writing
 from app.storage.models import Batch, BatchStats, Episode
+from app.storage.prompt_models import PromptStepRow, RunPrompt
 
 T = TypeVar("T")
 
@@ -197,6 +199,7 @@ def create_batch_streaming(
             keep,
             seed=step or 0,
         )
+    prompts = prompt_steps(rows, None if kept is None else set(kept))
     return _store_rows(
         session,
         rows,
@@ -206,6 +209,7 @@ def create_batch_streaming(
         visibility=visibility,
         kept=kept,
         audit=audit,
+        prompts=prompts,
         run_id=run_id,
         step=step,
         metrics_json=json_dumps(result),
@@ -222,12 +226,14 @@ def _store_rows(
     meta: dict | None,
     kept: list[int] | None = None,
     audit: StepAudit | None = None,
+    prompts: list[PromptStep] | None = None,
     **columns,
 ) -> CreatedBatch:
     """Write a batch and its prepared episode rows in one transaction. ``columns``: more batch
     columns (a run step's ``run_id``, ``step``, ``metrics_json``, ``n_episodes_seen``). ``kept``:
     the indices of the rows to store (None: all; the diagnostics still describe all of them);
-    ``audit``: the step's audit over all of them, stored for the kept ones."""
+    ``audit``: the step's audit over all of them, stored for the kept ones; ``prompts``: the step's
+    prompt history rows (app/compute/prompts.py)."""
     from app.storage.batch_stats import diagnostics_of_rows
 
     delete_token = secrets.token_urlsafe(24)
@@ -276,6 +282,8 @@ def _store_rows(
             )
             if audit is not None:
                 _insert_audit(session, batch.id, len(rows), audit, audit_body, [ids[s] for s in slugs], refs)
+            if prompts:
+                _insert_prompts(session, batch, prompts)
             session.commit()
         except Exception:
             session.rollback()
@@ -312,6 +320,50 @@ def _insert_audit(
     session.execute(
         insert(EpisodeAudit),
         [{"episode_id": i, "batch_id": batch_id, "reference": r} for i, r in zip(ids, refs, strict=True)],
+    )
+
+
+def _insert_prompts(session: Session, batch: Batch, prompts: list[PromptStep]) -> None:
+    """The step's prompt history rows (app/storage/prompt_models.py), in the batch's transaction;
+    a prompt the run has seen before keeps its first row (concurrent steps: the database decides)."""
+    new = [
+        {
+            "run_id": batch.run_id,
+            "key": p.key,
+            "prompt": p.prompt,
+            "n_tokens": p.n_tokens,
+            "first_step": batch.step,
+        }
+        for p in prompts
+    ]
+    dialect = session.get_bind().dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        ins = (sqlite if dialect == "sqlite" else postgresql).insert(RunPrompt)
+        session.execute(ins.on_conflict_do_nothing(index_elements=["run_id", "key"]), new)
+    else:  # pragma: no cover - the two databases the service runs on are above
+        have = set(session.execute(select(RunPrompt.key).where(RunPrompt.run_id == batch.run_id)).scalars())
+        rows = [r for r in new if r["key"] not in have]
+        if rows:
+            session.execute(insert(RunPrompt), rows)
+    session.execute(
+        insert(PromptStepRow),
+        [
+            {
+                "run_id": batch.run_id,
+                "key": p.key,
+                "step": batch.step,
+                "batch_id": batch.id,
+                "n": p.n,
+                "n_passed": p.n_passed,
+                "sum_abs_adv": p.sum_abs_adv if p.has_adv else None,
+                "n_adv_tokens": p.n_adv_tokens,
+                "n_kept": p.n_kept,
+                "group": p.group,
+            }
+            for p in prompts
+        ],
     )
 
 

@@ -21,6 +21,8 @@ TABLES = {
     "episode_audit",
     "run",
     "batch_stats",
+    "run_prompt",
+    "prompt_step",
 }
 
 

@@ -8,9 +8,10 @@ from sqlalchemy.exc import IntegrityError
 
 from app.core import urls
 from app.core.arrays import json_loads
-from app.core.errors import ApiError
+from app.core.errors import ApiError, not_found
 from app.core.schemas import (
     ErrorOut,
+    PromptOut,
     RunCreatedOut,
     RunEpisodeOut,
     RunIn,
@@ -26,6 +27,7 @@ from app.storage import runs as rs
 from app.storage.db import SessionDep
 from app.storage.episode_search import FIELDS, LIMIT_DEFAULT, LIMIT_MAX, search
 from app.storage.models import Run
+from app.storage.prompts import list_prompts, prompt_history
 
 router = APIRouter(tags=["runs"])
 ERRORS = {404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
@@ -149,6 +151,58 @@ def _step_json(s: rs.StepRow) -> bytes:
 def get_run_metrics(session: SessionDep, run_id: str = RunId):
     run = rs.run_by_ref_or_404(session, run_id)
     return json_response(rs.metrics_series(rs.run_steps(session, run.id)))
+
+
+PROMPTS_PAGE_MAX = 1000
+
+
+def _prompt_out(run_ref, p: dict) -> dict:
+    for s in p["steps"]:
+        kept = s["n_kept"] > 0 and s["group"] is not None
+        s["group_url"] = urls.group(s["batch_ref"], s["group"]) if kept else None
+        s["batch_url"] = urls.batch(s["batch_ref"])
+    return {**p, "url": urls.run_prompt(run_ref, p["key"])}
+
+
+@router.get(
+    "/api/runs/{run_id}/prompts",
+    response_model=list[PromptOut],
+    responses={
+        **ERRORS,
+        200: {
+            "headers": {"X-Total-Count": {"description": "prompts of the run", "schema": {"type": "integer"}}}
+        },
+    },
+    summary="A run's prompts followed across its steps (computed at ingest over every episode)",
+)
+def get_run_prompts(
+    session: SessionDep,
+    run_id: str = RunId,
+    limit: int = Query(100, ge=1, le=PROMPTS_PAGE_MAX, description="prompts per page"),
+    offset: int = Query(0, ge=0, le=2**31 - 1, description="prompts skipped (the most often seen first)"),
+):
+    """Each prompt (keyed by its tokens, not a trainer's per-step ids) with, per step it was in, its
+    episodes ``n``, ``pass_rate``, ``mean_abs_adv`` and ``batch_id``; the most often seen first."""
+    run = rs.run_by_ref_or_404(session, run_id)
+    page, total = list_prompts(session, run.id, limit, offset)
+    ref = rs.run_ref(run)
+    response = json_response([_prompt_out(ref, p) for p in page])
+    response.headers["X-Total-Count"] = str(total)
+    return response
+
+
+@router.get(
+    "/api/runs/{run_id}/prompts/{key}",
+    response_model=PromptOut,
+    responses=ERRORS,
+    summary="One prompt of a run with every step it was in",
+)
+def get_run_prompt(session: SessionDep, run_id: str = RunId, key: str = Path(max_length=64)):
+    run = rs.run_by_ref_or_404(session, run_id)
+    p = prompt_history(session, run.id, key)
+    if p is None:
+        raise not_found(f"Prompt {key!r} of run {run_id}")
+    return json_response(_prompt_out(rs.run_ref(run), p))
 
 
 SEARCH_DOC = (

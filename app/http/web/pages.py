@@ -147,6 +147,24 @@ async def run_page(request: Request, run_id: str, session: SessionDep) -> Respon
     return render(request, "run.html", {**ctx, "og": run_og(request, session, run_id)})
 
 
+@router.get("/r/{run_id}/prompts/{key}", response_class=HTMLResponse)
+async def run_prompt_page(request: Request, run_id: str, key: str, session: SessionDep) -> Response:
+    """One prompt of a run followed over the steps: its pass rate and credit per step (Plotly),
+    and a link to its group at each step whose episodes are kept."""
+    run_id = _ref_param(run_id)
+    api = urls.api_run_prompt(run_id, key)
+    page = {"page": "run_prompt", "run_id": run_id, "key": key, "view": {}}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    run = run_by_ref(session, run_id)
+    if run is None:
+        return not_found_page(request, f"Run {run_id}")
+    initial = {**page, "api": api, "run_url": urls.run(run_id)}
+    return render(
+        request, "run_prompt.html", {"initial": initial, "run_id": run_id, "name": run.name, "key": key}
+    )
+
+
 @router.get("/b/{batch_id}/g/{group}", response_class=HTMLResponse)
 async def group_page(request: Request, batch_id: str, group: str, session: SessionDep) -> Response:
     """One group: the G attempts side by side under every group baseline."""

@@ -1,0 +1,82 @@
+"""Prompt history: the same prompt followed across a run's steps, computed at ingest over every
+episode of a step (kept or not).
+
+A prompt is an episode's leading prompt tokens (those before its first non-prompt token). Its
+``key`` is keyed by those tokens, not by a trainer's per-step ids (verl's ``uid`` changes every
+step): the sha256 of their token ids when the episode has ids, else of their strings, as 16 hex
+digits. Per step and prompt: ``n`` episodes, ``n_passed``, and the sum of |A| over their policy
+tokens with the number of those tokens (``mean_abs_adv`` is their ratio; None without advantages).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.core import domain
+from app.core.arrays import F64, I32, decode, id_tokens, json_loads
+
+PROMPT_TEXT_MAX = 4000  # characters of a prompt's text kept for display
+
+
+@dataclass
+class PromptStep:
+    """One prompt at one step."""
+
+    key: str
+    prompt: str
+    n_tokens: int
+    n: int = 0
+    n_passed: int = 0
+    sum_abs_adv: float = 0.0
+    n_adv_tokens: int = 0
+    has_adv: bool = False
+    n_kept: int = 0
+    group: str | None = None
+    members: list[int] = field(default_factory=list)
+
+    @property
+    def mean_abs_adv(self) -> float | None:
+        return self.sum_abs_adv / self.n_adv_tokens if self.has_adv and self.n_adv_tokens else None
+
+
+def prompt_of(row: dict[str, Any]) -> tuple[str, str, int]:
+    """(key, text, number of tokens) of a prepared row's leading prompt."""
+    kinds = decode(row["kinds"], np.dtype(np.uint8))
+    not_prompt = np.flatnonzero(kinds != domain.PROMPT)
+    k = int(not_prompt[0]) if len(not_prompt) else len(kinds)
+    ids = decode(row.get("token_ids"), I32)
+    text_json = row.get("tokens_json")
+    tokens = json_loads(text_json) if text_json and text_json != "null" else None
+    if ids is not None:
+        key_bytes = b"ids:" + ids[:k].astype("<i4").tobytes()
+    else:
+        key_bytes = b"text:" + "\x00".join(tokens[:k] if tokens else []).encode()
+    if tokens is None:
+        tokens = id_tokens(ids[:k]) if ids is not None else []
+    text = "".join(tokens[:k])[:PROMPT_TEXT_MAX]
+    return hashlib.sha256(key_bytes).hexdigest()[:16], text, k
+
+
+def prompt_steps(rows: list[dict[str, Any]], kept: set[int] | None = None) -> list[PromptStep]:
+    """A step's prompts over all its prepared rows; ``kept``: the indices stored in full."""
+    out: dict[str, PromptStep] = {}
+    for i, row in enumerate(rows):
+        key, text, n_tokens = prompt_of(row)
+        p = out.get(key)
+        if p is None:
+            p = out[key] = PromptStep(key=key, prompt=text, n_tokens=n_tokens, group=row.get("group"))
+        p.n += 1
+        p.n_passed += bool(row["passed"])
+        p.n_kept += kept is None or i in kept
+        p.members.append(i)
+        adv = decode(row.get("advantages"), F64)
+        if adv is not None:
+            policy = decode(row["kinds"], np.dtype(np.uint8)) == domain.POLICY
+            p.has_adv = True
+            p.sum_abs_adv += float(np.abs(adv[policy]).sum())
+            p.n_adv_tokens += int(policy.sum())
+    return list(out.values())
