@@ -484,6 +484,25 @@ def test_serve_never_prints_the_database_password(tmp_path):
     assert "CREDITLENS_DATABASE_URL" in out  # the invalid setting is still named
 
 
+CAP_DAC_READ_SEARCH = 2  # linux/capability.h
+
+
+def as_uid_10001() -> list[str]:
+    """A command prefix that runs a program as uid 10001 (the image's user), with no groups.
+
+    The checkout and its venv may sit in a private folder (a 0700 home, a 0700 clone) that uid 10001
+    cannot enter. So, when root may grant it (it is in the bounding set), the program also gets
+    CAP_DAC_READ_SEARCH: it may read any file and enter any folder, and still write none that uid
+    10001 may not (that is CAP_DAC_OVERRIDE, which it does not get). access(2), which the server's
+    check uses, ignores capabilities for a non-root user, as it would for plain uid 10001."""
+    cmd = ["setpriv", "--reuid=10001", "--regid=10001", "--clear-groups"]
+    status = Path("/proc/self/status").read_text()
+    bounding = int(re.search(r"^CapBnd:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+    if bounding >> CAP_DAC_READ_SEARCH & 1:
+        cmd += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+    return cmd
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the server as another user")
 def test_serve_explains_an_unwritable_data_folder():
     top = Path(tempfile.mkdtemp(prefix="creditlens-ro-"))  # pytest's own tmp folders are root-only
@@ -493,8 +512,7 @@ def test_serve_explains_an_unwritable_data_folder():
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLENS_")}
     env["CREDITLENS_DATABASE_URL"] = f"sqlite:///{data / 'creditlens.db'}"
     res = subprocess.run(
-        ["setpriv", "--reuid=10001", "--regid=10001", "--clear-groups", sys.executable, "-m", "app.cli"]
-        + ["serve", "--port", str(free_port())],
+        [*as_uid_10001(), sys.executable, "-m", "app.cli", "serve", "--port", str(free_port())],
         capture_output=True,
         text=True,
         env=env,
