@@ -205,6 +205,8 @@ def _first_of_array(data: bytes) -> tuple[bool, Any]:
             return True, None
         try:
             return True, _DECODER.raw_decode(text, i)[0]  # parses the first element only
+        except RecursionError:  # nested too deeply: the whole-document parse reports it
+            break
         except ValueError:
             if size >= len(data):
                 break
