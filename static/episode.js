@@ -375,7 +375,7 @@ function renderCalls(d, rows, scale) {
       el("td", {}, String(t.turn)),
       el("td", { class: "call-text" }, clip((calls[t.turn] && calls[t.turn].action) || t.text || "", 80)),
       el("td", {}, t.effect ? el("span", { class: `effect effect-${t.effect}` }, t.effect) : "—"),
-      el("td", { class: "num" }, fmt(t.reward)),
+      el("td", { class: "num" }, fmt(d.rewarded === false ? null : t.reward)), // no reward uploaded: no made-up 0
       el("td", { class: "num" }, fmt(t.value)),
       rows.map((r) => {
         const v = callMean(d, r, t);

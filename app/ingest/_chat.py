@@ -157,23 +157,28 @@ def add_text(b: SpanBuilder, text: str) -> None:
 
 def piece_kinds(pieces: Sequence[str], kinds: Sequence[str]) -> list[str]:
     """The kinds of token ``pieces`` (display strings that concatenate to the text, e.g. a
-    tokenizer's decoded pieces) after the text rule: a policy token whose first character falls in
-    a tool block or template becomes tool or prompt; other tokens keep their kind."""
+    tokenizer's decoded pieces) after the text rule: a policy or tool token whose first character
+    falls in a ``<tool_response>`` block becomes tool, in template text prompt; a policy token
+    elsewhere stays policy, a tool token (what an environment appended) stays tool, prompt stays
+    prompt."""
     text = "".join(pieces)
     if "<tool_response>" not in text and "<|im_" not in text:
         return list(kinds)
-    char_kind: list[tuple[int, str]] = []  # (end offset, kind) of each span
+    ends: list[int] = []  # end offset of each span
+    span_kinds: list[str] = []
     end = 0
     for kind, piece, _ in text_spans(text):
         end += len(piece)
-        char_kind.append((end, kind))
+        ends.append(end)
+        span_kinds.append(kind)
     out = []
     pos = 0
     j = 0
     for piece, kind in zip(pieces, kinds, strict=True):
-        while j < len(char_kind) - 1 and char_kind[j][0] <= pos:
+        while j < len(ends) - 1 and ends[j] <= pos:
             j += 1
-        out.append(char_kind[j][1] if kind == "policy" and piece else kind)
+        k = span_kinds[j]
+        out.append(k if kind in ("policy", "tool") and piece and k != "policy" else kind)
         pos += len(piece)
     return out
 
@@ -200,11 +205,14 @@ def find_messages(obj: Any) -> tuple[str, list] | None:
     return None
 
 
-def render_messages(b: SpanBuilder, messages: Iterable[Any], rec: Record, field: str) -> str:
+def render_messages(
+    b: SpanBuilder, messages: Iterable[Any], rec: Record, field: str, after_policy: bool = False
+) -> str:
     """Render chat ``messages`` into ``b`` by the message rule; returns the prompt text before the
-    first policy message (for a default group)."""
+    first policy message (for a default group). ``after_policy``: the messages continue a
+    conversation in which the policy has already spoken."""
     prompt: list[str] = []
-    seen_policy = False
+    seen_policy = after_policy
     for i, m in enumerate(messages):
         f = f"{field}[{i}]"
         if not isinstance(m, dict):
@@ -254,7 +262,7 @@ def chat_episode(
 ) -> EpisodeIn:
     """The native episode of a rendered conversation: ``reward`` None stays None (no outcome is
     made up; the episode page says there is none)."""
-    if not any(k == "policy" for k in b.kinds):
+    if "policy" not in b.kinds:
         raise rec.error(
             "no_policy_tokens",
             "the conversation has no message of the policy (role assistant/agent, or an agent "

@@ -59,5 +59,6 @@ def test_schema_and_health(client):
         "agentbench",
         "openhands",
         "chat_trajectory",
+        "agent_lightning",
     }
     assert "/api/episodes/{slug}/advantages" in client.get("/openapi.json").json()["paths"]

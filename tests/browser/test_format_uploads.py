@@ -67,13 +67,17 @@ CASES = [
     ("openhands", "openhands/basic.json", False),
     ("agentbench", "agentbench/runs.jsonl", False),
     ("verl_rollout", "verl_rollout_multiturn/dump.jsonl", True),
+    ("agent_lightning", "agent_lightning/store.jsonl", True),
 ]
 
 
 @pytest.mark.parametrize(("fmt", "path", "rewarded"), CASES, ids=[c[0] for c in CASES])
 def test_episode_page_of_each_format(page, server, fmt, path, rewarded):
     file = FORMATS / path
-    r = httpx.post(f"{server}/api/uploads", files={"file": (Path(path).name, file.read_bytes())}, timeout=120)
+    files = {"file": (Path(path).name, file.read_bytes())}
+    if (file.parent / "tokenizer.json").is_file():  # token ids: shown through the model's tokenizer
+        files["tokenizer"] = ("tokenizer.json", (file.parent / "tokenizer.json").read_bytes())
+    r = httpx.post(f"{server}/api/uploads", files=files, timeout=120)
     assert r.status_code == 201, r.text
     body = r.json()
     slug = body["episodes"][2 if fmt == "verl_rollout" else 0]["slug"]  # verl: a sample with two tool calls
