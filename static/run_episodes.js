@@ -187,6 +187,13 @@ async function loadPrompts() {
   table.dataset.ready = "1";
 }
 
+// "Compare with run": the other run's ref joins this one's in /r/compare?runs=a,b.
+$("r-compare").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const other = $("r-compare-with").value.trim();
+  if (other) window.location.assign(urls.compare([String(init.run_id), ...other.split(",").map((x) => x.trim()).filter(Boolean)]));
+});
+
 setupForm();
 load();
 loadPrompts();

@@ -302,6 +302,22 @@ class RunOut(RunSummaryOut):
     steps: list[RunStepOut]
 
 
+class CompareRunOut(BaseModel):
+    id: int
+    ref: int | str
+    name: str
+    url: str
+    n_steps: int
+
+
+class CompareOut(BaseModel):
+    """GET /api/runs/compare: each metric's series ``[[step, value], ...]`` per run, in the order
+    of ``runs``."""
+
+    runs: list[CompareRunOut]
+    metrics: dict[str, list[list[list[float]]]]
+
+
 class PromptStepOut(BaseModel):
     """One step a prompt was in: over all its episodes at that step (kept or not)."""
 

@@ -10,6 +10,7 @@ from app.core import urls
 from app.core.arrays import json_loads
 from app.core.errors import ApiError, not_found
 from app.core.schemas import (
+    CompareOut,
     ErrorOut,
     PromptOut,
     RunCreatedOut,
@@ -105,6 +106,53 @@ def get_runs(
     response = json_response([_summary(*row, sizes.get(row[0].id, 0)) for row in page])
     response.headers["X-Total-Count"] = str(rs.count_runs(session, name=name))
     return response
+
+
+COMPARE_MAX = 8
+
+
+def _compare_refs(runs: str | None) -> list[str]:
+    refs = [r.strip() for r in (runs or "").split(",") if r.strip()]
+    if len(refs) < 2 or len(refs) > COMPARE_MAX:
+        raise ApiError(
+            422,
+            "bad_compare",
+            f"parameter `runs` needs 2 to {COMPARE_MAX} comma-separated run ids or slugs (e.g. runs=3,7); "
+            f"got {len(refs)}.",
+            field="runs",
+        )
+    if len(set(refs)) < len(refs):
+        raise ApiError(422, "bad_compare", "parameter `runs` names a run twice.", field="runs")
+    return refs
+
+
+# Declared before /api/runs/{run_id}: "compare" is not a run.
+@router.get(
+    urls.API_RUNS_COMPARE,
+    response_model=CompareOut,
+    responses=ERRORS,
+    summary="Runs side by side: each metric's series per run",
+)
+def compare_runs(
+    session: SessionDep,
+    runs: str | None = Query(None, description="2 to 8 run ids (public runs) or slugs, comma-separated"),
+):
+    """``{"runs": [{id, ref, name, url, n_steps}], "metrics": {"metric": [series of run 1, series
+    of run 2, ...]}}`` with each series ``[[step, value], ...]`` (empty where a run has no value),
+    in the order of ``runs``. A run the caller may not read (unknown, or unlisted named by id) is a
+    404 naming the parameter."""
+    out_runs, series = [], []
+    for ref in _compare_refs(runs):
+        run = rs.run_by_ref(session, ref)
+        if run is None:
+            raise ApiError(404, "not_found", f"Run {ref} (in parameter `runs`) was not found.", field="runs")
+        steps = rs.run_steps(session, run.id)
+        r = rs.run_ref(run)
+        out_runs.append({"id": run.id, "ref": r, "name": run.name, "url": urls.run(r), "n_steps": len(steps)})
+        series.append(rs.metrics_series(steps))
+    names = list(dict.fromkeys(name for s in series for name in s))
+    metrics = {name: [s.get(name, []) for s in series] for name in names}
+    return json_response({"runs": out_runs, "metrics": metrics})
 
 
 @router.get(

@@ -129,6 +129,19 @@ async def batch_page(request: Request, batch_id: str, session: SessionDep) -> Re
     return render(request, "batch.html", {**ctx, "run": run_of_batch(session, b.id)})
 
 
+# Declared before /r/{run_id}: "compare" is not a run.
+@router.get(urls.RUN_COMPARE, response_class=HTMLResponse)
+async def compare_page(request: Request, session: SessionDep, runs: str = "") -> Response:
+    """Runs side by side: every metric over the steps, one colour per run, links back to each."""
+    refs = [r.strip() for r in runs.split(",") if r.strip()]
+    api = urls.api_compare(refs)
+    page = {"page": "compare", "runs": refs, "view": {"runs": runs}}
+    if wants_json(request):
+        return await json_twin(request, page, api)
+    initial = {**page, "api": api, "labels": metrics.labels()}
+    return render(request, "compare.html", {"initial": initial, "refs": refs})
+
+
 @router.get("/r/{run_id}", response_class=HTMLResponse)
 async def run_page(request: Request, run_id: str, session: SessionDep) -> Response:
     """One training run: its config and the timeline of every stored step metric (Plotly); a
