@@ -8,7 +8,9 @@ Rendering, with the offline tokenizer (app/core/tokenize.py): every message open
 token ``<|role|>`` and closes with ``<|end|>``. Assistant content and tool calls
 (``<tool_call>name {arguments}</tool_call>``) and the assistant's ``<|end|>`` are policy tokens
 (the model generated them), one turn per assistant message; tool results are tool tokens;
-everything else (system, developer, user, headers) is prompt.
+everything else (system, developer, user, headers) is prompt. Tool responses left inside an
+assistant's text (``<tool_response>`` blocks and the role lines around them) follow the text rule
+of app/ingest/_chat.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from app.core.schemas import EpisodeIn
 from app.core.tokenize import tokenize
+from app.ingest._chat import text_spans
 from app.ingest._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
 
 NAME = "openai_chat"
@@ -73,7 +76,11 @@ def episode_from_messages(rec: Record) -> EpisodeIn:
         if role == "assistant":
             turn += 1
             add([f"<|{role}|>\n"], "prompt")
-            add(tokenize(text), "policy")
+            # Tool spans left inside the text (app/ingest/_chat.py text rule): tool/template
+            # tokens, and each policy stretch after one a turn of its own.
+            for kind, piece, new_turn in text_spans(text):
+                turn += new_turn
+                add(tokenize(piece), kind)
             for j, call in enumerate(m.get("tool_calls") or []):
                 fn = call.get("function", {}) if isinstance(call, dict) else {}
                 if not isinstance(fn, dict) or "name" not in fn:

@@ -1,0 +1,105 @@
+"""Chat messages in other containers (``conversation``, ``trajectory``, ``history`` of role
+messages) and the shared message rule on edge cases, hand-written from the OpenAI chat message
+schema (role, content as text or parts, tool_calls as objects or JSON strings, tool_call_id) and
+the keys agent frameworks use (``is_demo``, ``message_type``, roles ``ipython``/``agent``)."""
+
+from __future__ import annotations
+
+import json
+
+from fmt_helpers import assert_no_credit_off_policy, pick, stored, text, upload
+from svc_helpers import row_counts
+
+
+def _conv(answer: str, **extra) -> dict:
+    return {
+        "conversation": [
+            {"role": "system", "content": [{"type": "text", "text": "You can run Python."}]},
+            {"role": "user", "content": "What is 6*7?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    json.dumps(
+                        {
+                            "id": "c",
+                            "type": "function",
+                            "function": {"name": "python", "arguments": "print(6*7)"},
+                        }
+                    )
+                ],
+            },
+            {"role": "ipython", "content": "42"},
+            {"role": "assistant", "content": answer},
+        ],
+        **extra,
+    }
+
+
+def test_conversation_key_json_array_groups_and_null_reward(client):
+    doc = [
+        _conv("42", task_id="mul", reward=1.0),
+        _conv("41", task_id="mul", reward=0.0),
+        _conv("?", task_id="mul"),
+    ]
+    batch, eps = stored(client, "convs.json", json.dumps(doc))
+    assert batch["source"] == "upload:chat_trajectory"
+    assert [e["group"] for e in eps] == ["mul"] * 3
+    assert [e["reward"] for e in eps] == [1.0, 0.0, None]
+    assert [e["rewarded"] for e in batch["episodes"]] == [True, True, False]
+    ep = eps[0]
+    assert text(ep, "tool") == "42"  # role ipython is tool output
+    assert "<tool_call> python print(6*7)</tool_call>" in text(ep, "policy")  # a JSON-string tool call
+    assert "You can run Python." in text(ep, "prompt")  # content as parts
+    assert len(set(pick(ep, "policy", "turn_ids"))) == 2
+    assert_no_credit_off_policy(client, ep)
+    none = client.get(f"/api/episodes/{eps[2]['slug']}/advantages", params={"scheme": "outcome"}).json()
+    assert none["rewarded"] is False and all(a is None for a in none["schemes"][0]["advantages"])
+
+
+def test_demonstrations_and_first_observation_are_prompt(client):
+    row = {
+        "trajectory": [
+            {"role": "user", "content": "Example: ls", "is_demo": True},
+            {"role": "assistant", "content": "ls", "is_demo": True},
+            {"role": "user", "content": "the task: fix the bug", "message_type": "observation"},
+            {"role": "agent", "content": "cat main.py"},
+            {"role": "user", "content": "print(1", "message_type": "observation"},
+            {"role": "agent", "content": "done"},
+        ],
+        "score": 1,
+    }
+    _, [ep] = stored(client, "t.jsonl", json.dumps(row) + "\n")
+    assert ep["reward"] == 1.0
+    assert text(ep, "tool") == "print(1"
+    pol = text(ep, "policy")
+    assert "cat main.py" in pol and "done" in pol and "ls<|end|>" not in pol
+    assert "Example: ls" in text(ep, "prompt") and "the task: fix the bug" in text(ep, "prompt")
+
+
+def test_tool_spans_inside_assistant_text_of_openai_chat(client):
+    row = {
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {
+                "role": "assistant",
+                "content": "<tool_call>w</tool_call>\nuser\n<tool_response>\nsun\n</tool_response>\nassistant\nSunny.",
+            },
+        ],
+        "reward": 1.0,
+    }
+    batch, [ep] = stored(client, "m.jsonl", json.dumps(row) + "\n")
+    assert batch["source"] == "upload:openai_chat"
+    assert text(ep, "tool") == "<tool_response>\nsun\n</tool_response>"
+    assert len(set(pick(ep, "policy", "turn_ids"))) == 2
+    assert_no_credit_off_policy(client, ep)
+
+
+def test_no_policy_message_and_bad_message_are_422(client):
+    r = upload(client, "c.jsonl", json.dumps({"history": [{"role": "user", "content": "hi"}]}) + "\n")
+    assert r.status_code == 422 and r.json()["error"]["code"] == "no_policy_tokens"
+    bad = {"conversation": [{"role": "user", "content": "hi"}, "oops"]}
+    r = upload(client, "c.jsonl", json.dumps(_conv("x")) + "\n" + json.dumps(bad) + "\n")
+    err = r.json()["error"]
+    assert r.status_code == 422 and (err["line"], err["episode"], err["field"]) == (2, 2, "conversation[1]")
+    assert row_counts(client) == (0, 0)
