@@ -254,6 +254,11 @@ class RunIn(BaseModel):
         description="thin older steps: once a newer step is stored, only steps that are multiples of "
         "keep_every keep their episodes (their metrics stay). Default: no thinning.",
     )
+    protocol: int | None = Field(
+        None,
+        description="the client's wire protocol version (none: 1; the X-Creditlens-Protocol header says the "
+        "same); newer than the server's is a 400 naming both",
+    )
 
 
 class RunCreatedOut(BaseModel):

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from app.core.errors import ApiError
+from app.core.protocol import PROTOCOL_KEY, check_protocol
 from app.core.validate import ArrayEpisode, native_of
 from app.ingest._common import Parsed
 from app.ingest._tokenizer import TokenDecoder
@@ -236,6 +237,7 @@ def iter_parse(
 
 def _validated(data: bytes) -> tuple:
     header, raw_meta, start = read_header(data)
+    check_protocol(raw_meta.get(PROTOCOL_KEY), f"__metadata__.{PROTOCOL_KEY}")  # none: version 1
     if "kinds" not in header:
         raise _err(
             "tensor `kinds` is missing; it marks each position prompt/policy/tool/padding.",

@@ -28,6 +28,11 @@ JSON string:
 * ``groups``: B group labels (strings; used instead of the ``groups`` tensor);
 * ``meta``: one JSON object for every episode, or B objects, kept as each episode's ``meta``.
 
+Every file also carries ``creditlens_protocol``: the wire protocol version of the client that
+wrote it (:data:`PROTOCOL_VERSION`, also sent as the ``X-Creditlens-Protocol`` header and the
+``protocol`` field of ``POST /api/runs``). A server reads every version up to its own (a file or
+request without one is version 1) and answers a newer one with a 4xx naming both versions.
+
 Writing uses the ``safetensors`` package (``safetensors.numpy.save``), so torch is not needed.
 """
 
@@ -38,7 +43,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KIND_CODES", "PADDING", "FLOAT_FIELDS", "encode"]
+__all__ = [
+    "FLOAT_FIELDS",
+    "KIND_CODES",
+    "PADDING",
+    "PROTOCOL_HEADER",
+    "PROTOCOL_KEY",
+    "PROTOCOL_VERSION",
+    "encode",
+]
+
+# The version of what the client sends (this table, the run and step endpoints' bodies). Raise it
+# when a change would be misread by a server that does not know it; the server accepts up to its own.
+PROTOCOL_VERSION = 1
+PROTOCOL_HEADER = "X-Creditlens-Protocol"
+PROTOCOL_KEY = "creditlens_protocol"  # the safetensors metadata key
 
 KIND_CODES = {"prompt": 0, "policy": 1, "tool": 2}
 PADDING = 255
@@ -58,5 +77,6 @@ def encode(tensors: dict[str, np.ndarray], metadata: dict[str, Any] | None = Non
     from safetensors.numpy import save  # lazy: `import creditlens` needs only httpx and numpy
 
     meta = {k: json.dumps(v, ensure_ascii=False) for k, v in (metadata or {}).items() if v is not None}
+    meta.setdefault(PROTOCOL_KEY, str(PROTOCOL_VERSION))
     arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
-    return save(arrays, metadata=meta or None)
+    return save(arrays, metadata=meta)

@@ -1,4 +1,5 @@
-"""Shared API dependencies: the write-token check (also used by POST /api/samples)."""
+"""Shared API dependencies: the write-token check (also used by POST /api/samples) and the client's
+wire protocol version (``X-Creditlens-Protocol``, see app/core/protocol.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import secrets
 from fastapi import Request
 
 from app.core.errors import ApiError
+from app.core.protocol import PROTOCOL_HEADER, check_protocol
 
 
 def require_write(request: Request) -> None:
@@ -27,3 +29,9 @@ def require_write(request: Request) -> None:
         )
     if not secrets.compare_digest(given.strip().encode(), token.encode()):
         raise ApiError(403, "forbidden", "the write token is wrong.")
+
+
+def client_protocol(request: Request) -> int:
+    """The wire protocol version the client names in ``X-Creditlens-Protocol`` (none: 1); a 400
+    naming both versions when it is newer than this server's. On every route a client writes to."""
+    return check_protocol(request.headers.get(PROTOCOL_HEADER), PROTOCOL_HEADER)

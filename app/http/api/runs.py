@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from app.core import urls
 from app.core.arrays import json_loads
 from app.core.errors import ApiError, not_found
+from app.core.protocol import check_protocol
 from app.core.schemas import (
     CompareOut,
     ErrorOut,
@@ -22,7 +23,7 @@ from app.core.schemas import (
 )
 from app.http.api._json import dumps, json_response
 from app.http.api.batches import _iso
-from app.http.api.deps import require_write
+from app.http.api.deps import client_protocol, require_write
 from app.http.api.uploads import FormatQuery, NameQuery, ingest, ingest_thread, read_upload
 from app.storage import runs as rs
 from app.storage.db import SessionDep
@@ -70,13 +71,16 @@ def _step_exists(run_id: int | str, step: int) -> ApiError:
     urls.API_RUNS,
     status_code=201,
     response_model=RunCreatedOut,
-    dependencies=[Depends(require_write)],
-    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    dependencies=[Depends(require_write), Depends(client_protocol)],
+    responses={400: {"model": ErrorOut}, 401: {"model": ErrorOut}, 422: {"model": ErrorOut}},
     summary="Create a training run",
 )
 def create_run(body: RunIn, request: Request, session: SessionDep):
     """A new run; post its steps to ``/api/runs/{ref}/steps/{step}`` (``ref``: its id, or its slug
-    when unlisted; its steps inherit its visibility). The ``delete_token`` is shown once."""
+    when unlisted; its steps inherit its visibility). The ``delete_token`` is shown once. A client
+    names its wire protocol in ``X-Creditlens-Protocol`` or ``protocol`` (none: 1); one newer than
+    this server's is a 400 naming both."""
+    check_protocol(body.protocol, "protocol")
     visibility = body.visibility or request.app.state.settings.default_visibility
     run, token = rs.create_run(session, body.name, body.config, visibility, body.keep, body.keep_every)
     ref = rs.run_ref(run)
@@ -300,8 +304,8 @@ def search_run_episodes(
     "/api/runs/{run_id}/steps/{step}",
     status_code=201,
     response_model=StepUploadOut,
-    dependencies=[Depends(require_write)],
-    responses={**ERRORS, 409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
+    dependencies=[Depends(require_write), Depends(client_protocol)],
+    responses={**ERRORS, 400: {"model": ErrorOut}, 409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
     summary="Post one step of a run (takes exactly what POST /api/uploads takes)",
 )
 async def post_step(
