@@ -13,10 +13,15 @@ copies (tests/databases.py says why and how).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 from databases import PgDatabases, SqliteTemplate
+
+# The client's spool (unsent run steps on disk) goes to a folder of this test session, never the
+# user's cache; subprocesses inherit it. A test that needs its own passes Client(spool_dir=...).
+os.environ["CREDITLENS_SPOOL_DIR"] = tempfile.mkdtemp(prefix="creditlens-test-spool-")
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -1,15 +1,22 @@
 """``Client`` and ``Run``: log a training run into a creditlens server, one batch per step.
 
-Logging never breaks or stalls the training loop:
+Logging never breaks or stalls the training loop, and loses no step short of a full disk:
 
-* ``run.log`` / ``run.log_tensors`` copy their arguments and return; a background daemon thread
-  per run serialises and sends. Unsent batches are bounded by count (``max_queue``) and bytes
-  (``max_queue_bytes``), the one being sent included; a batch that does not fit is dropped,
-  counted in ``run.dropped``, with one warning per run.
-* A server that is down, slow (connect/read timeouts) or answering 5xx/429 costs retries with
-  exponential backoff and jitter, at most ``max_retries`` per batch; then the batch is given up
-  (``run.failed``). A 4xx answer is not retried: it is logged once per kind and counted in
-  ``run.failed``. A 409 (the step exists, e.g. after a restart) counts as sent.
+* ``run.log`` / ``run.log_tensors`` copy their arguments and return. Two daemon threads per run
+  do the rest: a writer serialises each step and writes it to the run's spool folder on disk
+  (``spool_dir``, see ``creditlens._spool``), a sender posts the spooled steps in order and
+  removes each file once the server has answered for it. Steps waiting for the writer are bounded
+  by count (``max_queue``) and bytes (``max_queue_bytes``); when that is full, ``log`` waits for
+  the writer (local work, never the network). Only beyond ``max_spool_bytes`` on disk (or when
+  the disk refuses a write) is a step dropped, counted in ``run.dropped``, with one warning.
+* A server that is down, slow (connect/read timeouts) or answering 429/502/503/504 costs
+  retries with exponential backoff and jitter for as long as the run is open; other 5xx
+  answers are retried ``max_retries`` times, then the step is given up (``run.failed``). A 4xx
+  answer is not retried: it is logged once per kind and counted in ``run.failed``. A 409 (the
+  step exists, e.g. sent again after a restart) counts as sent.
+* ``run.close()`` (and interpreter exit) waits for the sender, then leaves what is still unsent
+  in the spool; ``client.run(name, resume=True)`` in a later process sends it first, each step
+  once (the server's 409 makes a step sent twice harmless).
 * Wrong arguments (shapes, missing tokens) warn once per message and count in ``run.failed``;
   ``Client(strict=True)`` raises ValueError instead (for tests and first runs).
 """
@@ -20,19 +27,24 @@ import atexit
 import copy
 import json
 import logging
+import os
 import random
+import tempfile
 import threading
 import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
 import httpx
 
 from . import _batch
+from ._spool import Entry, Spool, default_spool_dir
+from .wire import PROTOCOL_HEADER, PROTOCOL_VERSION
 
 __all__ = ["Client", "Run"]
 
@@ -59,11 +71,16 @@ class Client:
 
     ``url``: the server; ``token``: its write token (``CREDITLENS_WRITE_TOKEN``), if it has one.
     ``timeout``: per request (seconds, or an ``httpx.Timeout``); ``max_queue`` / ``max_queue_bytes``:
-    the per-run bound on unsent batches; ``max_retries``, ``backoff``, ``max_backoff``: the retry
-    policy (waits of ``backoff * 2**attempt`` capped at ``max_backoff``, half of it random);
+    the per-run bound on steps in memory waiting to be written to the spool; ``spool_dir``: the
+    spool folder (None: ``$CREDITLENS_SPOOL_DIR``, else ``creditlens/spool`` in the user's cache
+    folder); ``max_spool_bytes``: the per-run bound on unsent steps on disk, beyond which steps are
+    dropped; ``max_retries``, ``backoff``, ``max_backoff``: the retry policy (waits of
+    ``backoff * 2**attempt`` capped at ``max_backoff``, half of it random; ``max_retries`` bounds
+    the retries of 5xx answers other than 502/503/504, and of :meth:`Run.send`);
     ``create_timeout``: how long ``client.run`` waits for the server before leaving the run's
-    creation to the sender thread; ``exit_timeout``: how long interpreter exit waits for unsent batches of runs left open;
-    ``strict``: raise ValueError on wrong arguments instead of warning."""
+    creation to the sender thread; ``exit_timeout``: how long interpreter exit waits for unsent
+    steps of runs left open (the rest stays in the spool); ``strict``: raise ValueError on wrong
+    arguments instead of warning."""
 
     def __init__(
         self,
@@ -73,6 +90,8 @@ class Client:
         timeout: float | httpx.Timeout = httpx.Timeout(30.0, connect=5.0),
         max_queue: int = 16,
         max_queue_bytes: int = 512 * 1024 * 1024,
+        spool_dir: str | os.PathLike[str] | None = None,
+        max_spool_bytes: int = 4 * 1024**3,
         max_retries: int = 6,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
@@ -81,12 +100,16 @@ class Client:
         strict: bool = False,
     ) -> None:
         self.url = url.rstrip("/")
-        headers = {"user-agent": "creditlens-client"}
+        # Every request names the wire protocol it speaks: a server older than this client answers
+        # a 4xx naming both versions instead of misreading what it is sent.
+        headers = {"user-agent": "creditlens-client", PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
         if token:
             headers["authorization"] = f"Bearer {token}"
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self.max_queue = max_queue
         self.max_queue_bytes = max_queue_bytes
+        self.spool_dir = Path(spool_dir) if spool_dir is not None else default_spool_dir()
+        self.max_spool_bytes = max_spool_bytes
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -99,9 +122,10 @@ class Client:
         self, name: str, config: dict | None = None, resume: bool = False, keep: int | None = None
     ) -> Run:
         """A run on the server (created now when the server answers; else by the sender thread
-        before its first batch). ``resume=True`` reuses the newest run of that name. ``keep``: the
-        episodes the server keeps in full per step (whole groups, the telling ones first; its
-        metrics still count every episode); None keeps every one."""
+        before its first step). ``resume=True`` reuses the newest run of that name, and first sends
+        the steps earlier processes left unsent in the spool for it. ``keep``: the episodes the
+        server keeps in full per step (whole groups, the telling ones first; its metrics still count
+        every episode); None keeps every one."""
         run = Run(self, name, config or {}, resume, keep)
         self._runs.append(run)
         return run
@@ -123,7 +147,15 @@ class Client:
 
 
 class _Retry(Exception):
-    pass
+    """The server did not answer for the run (``status``: its 5xx/429 answer; None: no answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# Answers that mean "not now" (rate limited; a proxy in front of a server that is down or busy).
+_UNAVAILABLE = frozenset({429, 502, 503, 504})
 
 
 class Run:
@@ -141,36 +173,69 @@ class Run:
         self.url: str | None = None
         self.delete_token: str | None = None
         self._ref: int | str | None = None
-        self.dropped = 0  # batches not queued: the queue was full
-        self.failed = 0  # batches the server refused (4xx), given up after retries, or unbuildable
-        self.sent = 0  # batches the server stored (or already had: 409)
+        self.dropped = 0  # steps not kept: beyond the spool's disk budget, or logged after close
+        self.failed = 0  # steps the server refused (4xx), given up after retries, or unbuildable
+        self.sent = 0  # steps the server stored (or already had: 409)
         self._warned: set[str] = set()
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[_Item] = deque()  # logged, not yet on disk (the one being written included)
+        self._queue_bytes = 0
+        self._outbox: deque[Entry] = deque()  # on disk, not yet answered for, in sending order
+        self._spool_bytes = 0
         self._cond = threading.Condition()
-        self._unsent = 0
-        self._unsent_bytes = 0
         self._closing = False
         self._abort = threading.Event()
         self._disabled = False
+        self._spool = self._open_spool()
+        if resume:
+            left = self._spool.leftovers()
+            self._outbox.extend(left)
+            self._spool_bytes += sum(e.nbytes for e in left)
+        else:
+            waiting = self._spool.others()
+            if waiting:
+                self._warn_once(
+                    "others",
+                    f"creditlens: {waiting} step(s) logged to run {name!r} by other processes wait in "
+                    f"{self._spool.run_dir}; client.run({name!r}, resume=True) sends those an ended "
+                    "process left.",
+                )
         try:
             # Once, briefly, so run.id and run.url are usually known on return.
             self._ensure_created(timeout=httpx.Timeout(client.create_timeout))
+        except ValueError:  # strict, and the server refused the run
+            self._spool.close()
+            raise
         except _Retry:
             self._warn_once(
                 "create",
                 f"creditlens: the server at {client.url} is not answering yet; "
                 "the run will be created when it does.",
             )
-        self._thread = threading.Thread(target=self._loop, name=f"creditlens-run-{name}", daemon=True)
-        self._thread.start()
+        self._writer = threading.Thread(target=self._write_loop, name=f"creditlens-spool-{name}", daemon=True)
+        self._sender = threading.Thread(target=self._send_loop, name=f"creditlens-run-{name}", daemon=True)
+        self._writer.start()
+        self._sender.start()
         _OPEN_RUNS.add(self)
+
+    def _open_spool(self) -> Spool:
+        c = self._client
+        try:
+            return Spool(c.spool_dir, c.url, self.name)
+        except OSError as e:
+            tmp = Path(tempfile.mkdtemp(prefix="creditlens-spool-"))
+            self._warn_once(
+                "spool_dir",
+                f"creditlens: cannot use the spool folder {c.spool_dir} ({e}); spooling to {tmp} "
+                "instead (a restarted process will not find what is left there).",
+            )
+            return Spool(tmp, c.url, self.name)
 
     # -- the caller's side ---------------------------------------------------------------------
 
     def log(self, step: int, episodes: Iterable[dict]) -> None:
         """Log one step's episodes in the native format (dicts with tokens, kinds, reward, ...).
 
-        Lists are copied here, so the caller may reuse them; the JSON is written by the sender."""
+        Lists are copied here, so the caller may reuse them; the JSON is written by the spool writer."""
         try:
             eps = [_copy_episode(e) for e in episodes]
         except Exception as e:  # noqa: BLE001 - the training loop must go on
@@ -238,33 +303,56 @@ class Run:
         self._put(_Item(int(step), lambda: (_batch.build(snap), "safetensors"), snap.nbytes))
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every logged batch was sent or given up; False if ``timeout`` ran out."""
+        """Wait until every logged step was sent or given up; False if ``timeout`` ran out (or the
+        server refused the run: what is spooled then waits for a later ``resume=True``)."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._unsent == 0, timeout)
+            self._cond.wait_for(lambda: self._unsent == 0 or self._disabled, timeout)
+            return self._unsent == 0
+
+    def sync(self, timeout: float | None = None) -> bool:
+        """Wait until every step logged so far is on disk in the spool (or already sent): from then
+        on a crash loses none of them. False if ``timeout`` ran out."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue, timeout)
 
     def close(self, timeout: float | None = 60.0) -> None:
-        """Send what is queued (waiting at most ``timeout`` seconds), then stop the sender."""
+        """Send what is waiting (at most ``timeout`` seconds), then stop; what is still unsent stays
+        in the spool for ``client.run(name, resume=True)`` in a later process."""
         if self._closing:
             return
-        done = self.flush(timeout)
+        self.flush(timeout)
         with self._cond:
             self._closing = True
-            left = self._unsent
             self._cond.notify_all()
         self._abort.set()  # cut retry waits short
-        if not done:
+        self._writer.join()  # what is in memory goes to disk: local work, never the network
+        self._sender.join(timeout=1.0)
+        with self._cond:
+            left = self._unsent
+        self._spool.close()
+        if left:
             self._warn_once(
-                "abandon",
-                f"creditlens: run {self.name!r} closed with {left} batch(es) not sent "
-                f"(the server did not take them within {timeout} s).",
+                "left",
+                f"creditlens: run {self.name!r} closed with {left} step(s) not sent; they are kept in "
+                f"{self._spool.run_dir}: client.run({self.name!r}, resume=True) in a later process "
+                "sends them.",
             )
-        self._thread.join(timeout=1.0)
         _OPEN_RUNS.discard(self)
 
     @property
     def pending(self) -> int:
-        """Batches logged but not yet sent or given up (the one being sent included)."""
-        return self._unsent
+        """Steps logged but not yet sent or given up (in memory or in the spool)."""
+        with self._cond:
+            return self._unsent
+
+    @property
+    def spool_folder(self) -> Path:
+        """This process's spool folder for the run."""
+        return self._spool.folder
+
+    @property
+    def _unsent(self) -> int:
+        return len(self._queue) + len(self._outbox)
 
     def __enter__(self) -> Run:
         return self
@@ -280,27 +368,30 @@ class Run:
     def _put(self, item: _Item) -> None:
         c = self._client
         with self._cond:
-            fits = (
-                not self._closing
-                and not self._disabled
-                and self._unsent < c.max_queue
-                and self._unsent_bytes + item.nbytes <= c.max_queue_bytes
-            )
-            if fits:
+            if not self._closing:
+                # Back-pressure, not loss: the writer only serialises and writes to a local disk.
+                self._cond.wait_for(
+                    lambda: (
+                        self._closing
+                        or not self._queue
+                        or (
+                            len(self._queue) < c.max_queue
+                            and self._queue_bytes + item.nbytes <= c.max_queue_bytes
+                        )
+                    )
+                )
+            if not self._closing:
                 self._queue.append(item)
-                self._unsent += 1
-                self._unsent_bytes += item.nbytes
+                self._queue_bytes += item.nbytes
                 self._cond.notify_all()
                 return
             self.dropped += 1
-        why = (
-            "it is closed or disabled"
-            if (self._closing or self._disabled)
-            else (f"{c.max_queue} batches / {c.max_queue_bytes} bytes are waiting to be sent")
-        )
+        self._drop_warning(item.step, "the run is closed")
+
+    def _drop_warning(self, step: int, why: str) -> None:
         self._warn_once(
             "drop",
-            f"creditlens: dropping step {item.step} of run {self.name!r} because {why}; "
+            f"creditlens: dropping step {step} of run {self.name!r} because {why}; "
             "the training loop goes on (run.dropped counts the dropped steps).",
         )
 
@@ -318,41 +409,96 @@ class Run:
         log.warning(message)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
-    def _loop(self) -> None:
+    def _write_loop(self) -> None:
+        """Memory -> disk: build each logged step and write it to the spool, in order."""
         while True:
             with self._cond:
-                while not self._queue and not self._closing:
-                    self._cond.wait()
+                self._cond.wait_for(lambda: self._queue or self._closing)
                 if not self._queue:
                     return
-                item = self._queue.popleft()
-            ok = False
+                item = self._queue[0]  # stays counted until it is on disk
+            entry, why = None, None
             try:
-                ok = self._deliver(item)
+                body, fmt = self._build(item)
+            except Exception:  # noqa: BLE001 - bad data never reaches the caller as an exception
+                body = None
+            if body is not None:
+                with self._cond:
+                    room = self._spool_bytes + len(body) <= self._client.max_spool_bytes
+                if room:
+                    try:
+                        entry = self._spool.write(item.step, fmt, body)
+                    except Exception as e:  # noqa: BLE001 - a full disk (OSError) or worse: never end the thread
+                        why = f"the spool folder refused it ({e})"
+                else:
+                    why = (
+                        f"{self._client.max_spool_bytes} bytes of unsent steps are on disk (max_spool_bytes)"
+                    )
+            with self._cond:
+                self._queue.popleft()
+                self._queue_bytes -= item.nbytes
+                if entry is not None:
+                    self._outbox.append(entry)
+                    self._spool_bytes += entry.nbytes
+                elif body is None:
+                    self.failed += 1
+                else:
+                    self.dropped += 1
+                self._cond.notify_all()
+            if why is not None:
+                self._drop_warning(item.step, why)
+
+    def _build(self, item: _Item) -> tuple[bytes, str]:
+        try:
+            return item.build()
+        except Exception as e:
+            if self._client.strict:
+                log.error("creditlens: step %s could not be encoded: %s", item.step, e)
+            self._warn_once(f"build:{e}", f"creditlens: step {item.step} not logged: {e}")
+            raise
+
+    def _send_loop(self) -> None:
+        """Disk -> server: post the oldest spooled step until the server answers for it."""
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._outbox or self._closing)
+                if not self._outbox or self._abort.is_set() or self._disabled:
+                    return
+                entry = self._outbox[0]
+            ok: bool | None = None
+            try:
+                ok = self._deliver(entry)
             except Exception as e:  # noqa: BLE001 - a sender bug must not end the thread
                 self._warn_once(
-                    f"bug:{type(e).__name__}", f"creditlens: could not send step {item.step}: {e!r}"
+                    f"bug:{type(e).__name__}", f"creditlens: could not send step {entry.step}: {e!r}"
                 )
+                ok = False
+            if ok is None:  # closed while the server was not answering, or the run was refused
+                with self._cond:
+                    self._cond.notify_all()
+                return
+            Spool.remove(entry)
             with self._cond:
+                self._outbox.popleft()
+                self._spool_bytes -= entry.nbytes
                 if ok:
                     self.sent += 1
                 else:
                     self.failed += 1
-                self._unsent -= 1
-                self._unsent_bytes -= item.nbytes
                 self._cond.notify_all()
 
-    def _deliver(self, item: _Item) -> bool:
-        if self._abort.is_set():  # closed with a timeout that ran out: what is left is abandoned
-            return False
+    def _deliver(self, entry: Entry) -> bool | None:
+        """True: stored (or 409); False: refused or given up (the file goes); None: not answered
+        for before the run was closed (the file stays for a later resume)."""
         try:
-            body, fmt = item.build()
-        except Exception as e:  # noqa: BLE001 - bad data never reaches the caller as an exception
-            if self._client.strict:
-                log.error("creditlens: step %s could not be encoded: %s", item.step, e)
-            self._warn_once(f"build:{e}", f"creditlens: step {item.step} not logged: {e}")
+            body = entry.path.read_bytes()
+        except OSError as e:
+            self._warn_once(f"read:{e}", f"creditlens: step {entry.step}: the spool file is gone: {e}")
             return False
-        return self._post(item.step, body, fmt) is not None
+        r = self._post(entry.step, body, entry.fmt, spooled=True)
+        if r is None:
+            return None if (self._abort.is_set() or self._disabled) else False
+        return r.status_code < 300 or r.status_code == 409
 
     def send(
         self, step: int, body: bytes, format: str | None = None, *, name: str | None = None
@@ -366,14 +512,26 @@ class Run:
         return self._post(int(step), body, format, name=name, final_4xx=True)
 
     def _post(
-        self, step: int, body: bytes, fmt: str | None, *, name: str | None = None, final_4xx: bool = False
+        self,
+        step: int,
+        body: bytes,
+        fmt: str | None,
+        *,
+        name: str | None = None,
+        final_4xx: bool = False,
+        spooled: bool = False,
     ) -> httpx.Response | None:
-        """The retry loop: the answer (2xx or 409; with ``final_4xx`` any 4xx too), else None."""
+        """The retry loop: the answer (2xx or 409; any 4xx too with ``final_4xx`` or ``spooled``),
+        else None (given up, or the run closed). ``spooled``: a server that is down, slow or
+        unavailable (429/502/503/504) is retried until it answers or the run is closed;
+        ``max_retries`` bounds only the other 5xx answers. Otherwise every retry counts."""
         params = {k: v for k, v in (("format", fmt), ("name", name)) if v}
-        for attempt in range(self._client.max_retries + 1):
+        attempt = counted = 0
+        while counted <= self._client.max_retries:
             if attempt:
-                if self._abort.wait(self._delay(attempt - 1)):
+                if self._abort.wait(self._delay(min(attempt - 1, 16))):
                     return None
+            attempt += 1
             try:
                 self._ensure_created()
                 if self._disabled:
@@ -385,15 +543,18 @@ class Run:
                     headers={"content-type": "application/octet-stream"},
                 )
             except (_Retry, httpx.TransportError) as e:
+                status = getattr(e, "status", None)
+                counted += not (spooled and (status is None or status in _UNAVAILABLE))
                 self._note_retry(step, e)
                 continue
             if r.status_code < 300 or r.status_code == 409:
                 return r
             if r.status_code >= 500 or r.status_code == 429:
+                counted += not (spooled and r.status_code in _UNAVAILABLE)
                 self._note_retry(step, f"HTTP {r.status_code}")
                 continue
             self._refused(r, f"step {step}")
-            return r if final_4xx else None
+            return r if (final_4xx or spooled) else None
         self._warn_once(
             "gave_up",
             f"creditlens: gave up sending step {step} of run {self.name!r} after "
@@ -435,7 +596,9 @@ class Run:
                         self._adopt(found)
                         return
                 elif r.status_code >= 500:
-                    raise _Retry(f"HTTP {r.status_code}")
+                    raise _Retry(f"HTTP {r.status_code}", r.status_code)
+            # The protocol version goes in the header only: servers from before the versioning
+            # refuse unknown body fields.
             new = {"name": self.name, "config": self.config}
             if self.keep is not None:
                 new["keep"] = self.keep
@@ -443,7 +606,7 @@ class Run:
         except httpx.TransportError as e:
             raise _Retry(str(e)) from None
         if r.status_code >= 500 or r.status_code == 429:
-            raise _Retry(f"HTTP {r.status_code}")
+            raise _Retry(f"HTTP {r.status_code}", r.status_code)
         if r.status_code >= 400:
             self._refused(r, "the new run")
             self._disabled = True

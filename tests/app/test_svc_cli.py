@@ -213,3 +213,11 @@ def test_upload_with_map(server, tmp_path):
     assert [(e["reward"], e["group"]) for e in eps] == [(1.0, "a"), (0.0, "a")]
     r = run("upload", str(f), "--server", url, "--map", '{"messages": "conv"}')
     assert r.returncode == 0, r.stderr
+
+
+def test_the_clients_upload_command_posts_to_the_servers_upload_route():
+    # creditlens upload is the client's code (it cannot import app/): its route must be the server's.
+    from app.core import urls
+    from creditlens import upload
+
+    assert upload.API_UPLOADS == urls.API_UPLOADS

@@ -1,7 +1,7 @@
 """Small real servers on 127.0.0.1 for the client tests: one that accepts and never answers, one
-that answers every request with a fixed status, and one that records what it is sent and
-answers the run endpoints like the service will (id, url, delete_token; 201 per step; 409 for a
-step it already has)."""
+that answers every request with a fixed status, one that records what it is sent and answers the
+run endpoints like the service will (id, url, delete_token; 201 per step; 409 for a step it already
+has), and a TCP proxy that makes a real server slow (every request waits before it is passed on)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import re
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -108,6 +109,11 @@ class _Handler(BaseHTTPRequestHandler):
         if not m:
             return self._answer(404, {"error": {"status": 404, "code": "not_found", "message": self.path}})
         key = (int(m.group(1)), int(m.group(2)))
+        with srv.lock:
+            busy = srv.unavailable > 0
+            srv.unavailable -= busy
+        if busy:
+            return self._answer(503, {"error": {"status": 503, "code": "busy", "message": "later"}})
         if srv.step_status is not None:
             code = srv.step_status
             return self._answer(code, {"error": {"status": code, "code": "invalid", "message": "bad step"}})
@@ -126,12 +132,16 @@ class _HTTPServer(ThreadingHTTPServer):
 class HTTPServer:
     """A real HTTP server thread. ``status=None``: records run steps (``steps[(run, step)] =
     (format, body)``); ``status=503``: answers every request with 503; ``step_status``:
-    answers step uploads (only) with that status."""
+    answers step uploads (only) with that status; ``unavailable``: answers that many step uploads
+    with 503 first."""
 
-    def __init__(self, status: int | None = None, step_status: int | None = None) -> None:
+    def __init__(
+        self, status: int | None = None, step_status: int | None = None, unavailable: int = 0
+    ) -> None:
         self.httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.status = status
         self.httpd.step_status = step_status
+        self.httpd.unavailable = unavailable
         self.httpd.requests = []
         self.httpd.runs = {}
         self.httpd.steps = {}
@@ -159,3 +169,60 @@ class HTTPServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class SlowProxy:
+    """A TCP proxy on 127.0.0.1 in front of ``target`` (a URL): what the client sends waits
+    ``delay`` seconds before it is passed on, per chunk read, so every request (and every part of a
+    large body) reaches the real server late. Answers come back as they are. ``delay`` may be
+    changed at any time (0: a plain proxy)."""
+
+    def __init__(self, target: str, delay: float) -> None:
+        host, port = target.rsplit("//", 1)[1].rsplit(":", 1)
+        self.target = (host, int(port))
+        self.delay = delay
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(self.target)
+            except OSError:
+                conn.close()
+                continue
+            threading.Thread(target=self._pump, args=(conn, up, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, conn, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, slow: bool) -> None:
+        try:
+            while chunk := src.recv(65536):
+                if slow and self.delay:
+                    time.sleep(self.delay)  # the slowness under test, not a synchronisation
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.sock.close()
