@@ -1,6 +1,7 @@
 """Building an episode span by span, for the text formats that carry chat messages or Responses-API
-items (NeMo Gym, verifiers, Atropos ``messages``): each span is text (split by the offline
-tokenizer, app/tokenize.py) or token ids, with one kind, and policy spans carry a turn index.
+items (NeMo Gym, verifiers, the chat-trajectory formats of app/ingest/_chat.py): each span is text
+split by the offline tokenizer (app/core/tokenize.py), with one kind, and policy spans carry a
+turn index.
 
 Rendering is the one openai_chat.py uses: a message opens with a template token ``<|role|>\\n``
 (prompt) and closes with ``<|end|>``; an assistant's text and tool calls (``<tool_call>name

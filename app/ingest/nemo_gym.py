@@ -266,9 +266,8 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
         tokens, kinds, turns = b.tokens, b.kinds, b.turn_ids
         fields = {}
     group = obj.get("_ng_task_index", obj.get("task_index"))
-    ep = SpanBuilder()
-    ep.tokens, ep.kinds, ep.turn_ids = tokens, kinds, turns
-    return ep.episode(
+    b.tokens, b.kinds, b.turn_ids = tokens, kinds, turns  # the ids replace the text in token mode
+    return b.episode(
         reward=reward,
         group=str(group) if group is not None else short_hash(prompt),
         truncated=truncated,
