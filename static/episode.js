@@ -135,7 +135,7 @@ function restoreSchemes(schemes) {
 
 // Rows on their own diverging scale (not the shared one): uploaded − reference is near zero
 // where the trainer agrees with the audit's best match, and would vanish on the advantages' scale.
-const OWN_SCALE = new Set(["audit_diff"]);
+const OWN_SCALE = new Set(["audit_diff", "loss_weights"]);
 const DIFF_FLOOR = 1e-5; // the audit's per-token tolerance: smaller differences stay pale
 
 function rowsOf(d) {
@@ -173,7 +173,8 @@ function callMean(d, row, t) {
 /** position -> [{code, severity, message}] of the audit findings naming this episode's tokens. */
 function marksOf(d) {
   const marks = new Map();
-  for (const m of (d.audit && d.audit.marks) || []) {
+  // The loss_weights row's clipped / zeroed tokens come as marks too (severity info).
+  for (const m of [...((d.audit && d.audit.marks) || []), ...((d.loss && d.loss.marks) || [])]) {
     for (const p of m.positions) {
       if (!marks.has(p)) marks.set(p, []);
       marks.get(p).push({ code: m.code, severity: m.severity, message: m.message });
@@ -254,6 +255,7 @@ function renderAuditLegend(rows, marks) {
   }
   const parts = own.map((r) => `${r.label}: own scale ±${fmt(r.scale)}`);
   if (marks.size) parts.push(`a bar under a token marks an audit finding (red error, orange warning, blue info)`);
+  if (rows.some((r) => r.name === "loss_weights")) parts.push("loss weights: a blue bar marks a token the loss clipped, truncated or zeroed (hover it)");
   note.textContent = parts.join("; ");
 }
 
@@ -364,6 +366,7 @@ function renderCalls(d, rows, scale) {
     el("th", { scope: "col", class: "num" }, "Reward"),
     el("th", { scope: "col", class: "num" }, "Value"),
     rows.map((r) => el("th", { scope: "col", class: "num" }, r.label)),
+    d.loss ? el("th", { scope: "col", class: "num", title: "the call's share of the episode's |loss weight|" }, "Weight share") : [],
   );
   const body = el("tbody");
   const calls = Array.isArray(d.episode?.meta?.calls) ? d.episode.meta.calls : [];
@@ -387,6 +390,7 @@ function renderCalls(d, rows, scale) {
         }
         return td;
       }),
+      d.loss ? el("td", { class: "num loss-share" }, t.loss_share === undefined || t.loss_share === null ? "—" : `${(100 * t.loss_share).toFixed(1)}%`) : [],
     );
     const go = () => {
       strip.canvas.focus();
@@ -481,13 +485,24 @@ function bindPair(rangeId, numId, key) {
 }
 bindPair("gamma-range", "gamma-num", "gamma");
 bindPair("lam-range", "lam-num", "lam");
-for (const key of ["baseline", "critic"]) {
+for (const key of ["baseline", "critic", "loss", "agg", "rollout_is"]) {
   $(key).addEventListener("change", (e) => {
     state[key] = e.target.value;
     syncUrl();
     reload();
   });
 }
+$("rollout_is_threshold").addEventListener("change", (e) => {
+  if (!/^\s*[0-9.eE+-]+(_[0-9.eE+-]+)?\s*$/.test(e.target.value)) return;
+  state.rollout_is_threshold = e.target.value.trim();
+  syncUrl();
+  reload();
+});
+$("bypass").addEventListener("change", (e) => {
+  state.bypass = e.target.checked;
+  syncUrl();
+  reload();
+});
 const boxes = [...document.querySelectorAll('input[name="scheme"]')];
 for (const box of boxes) {
   box.addEventListener("change", () => {

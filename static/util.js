@@ -47,6 +47,12 @@ export function viewPairs(v) {
     ["critic", v.critic],
   ];
   if (v.signals && v.signals.length) p.push(["signal", v.signals.join(",")]);
+  // The loss_weights row's parameters, only with that row (as EpisodeView._api_pairs).
+  if (v.schemes.includes("loss_weights")) {
+    p.push(["loss", v.loss || "vanilla"], ["agg", v.agg || "token-mean"], ["rollout_is", v.rollout_is || "none"]);
+    p.push(["rollout_is_threshold", v.rollout_is_threshold || "2"]);
+    if (v.bypass) p.push(["bypass", "1"]);
+  }
   return p;
 }
 

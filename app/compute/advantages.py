@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from app.compute import loss_view as lv
 from app.core import domain
 from app.core import schemes as sc
 from app.core.arrays import EpisodeArrays, kind_names
@@ -321,7 +322,7 @@ def validate_params(
                 "which this episode does not have.",
                 field="scheme",
             )
-        if s == "outcome" or s in specs:
+        if s == "outcome" or s in specs or s == "loss_weights":
             continue
         if s == "oracle":
             if ep.meta.get("turn_values") is None:
@@ -507,6 +508,7 @@ def episode_advantages(
     baseline: str = sc.DEFAULT_BASELINE,
     critic: str = sc.DEFAULT_CRITIC,
     as_numpy: bool = False,
+    loss: lv.LossParams | None = None,
 ) -> dict[str, Any]:
     """The advantages payload of one episode (the JSON of GET /api/episodes/{slug}/advantages).
 
@@ -563,6 +565,9 @@ def episode_advantages(
     for name in names:
         extras = None
         everywhere = None
+        if name == "loss_weights":  # after the advantage rows it may read
+            out_schemes.append({"name": name})
+            continue
         if name == "outcome":
             a = ctx.scores[ctx.index] if baseline == "none" else ctx.episode_outcome(baseline)
             adv = np.where(policy, a, 0.0)
@@ -626,8 +631,16 @@ def episode_advantages(
             entry["extras"] = extras
         out_schemes.append(entry)
 
+    loss_out = None
+    if "loss_weights" in names:
+        loss_out = _loss_row(ep, ctx, loss or lv.LossParams(), per_token, out_schemes, as_numpy)
+        per_token["loss_weights"] = loss_out.pop("_weights")
     turns = turn_summaries(ep, per_token, use_values)
+    if loss_out is not None:
+        lv.call_shares(per_token["loss_weights"], turns, ep.turn_ids, policy)
     extra = {} if audit is None else {"audit": {"best_match": audit.best_match, "marks": audit.marks}}
+    if loss_out is not None:
+        extra["loss"] = loss_out
     return {
         **extra,
         "slug": ep.slug,
@@ -651,6 +664,54 @@ def episode_advantages(
         "turns": turns,
         "has_advantages": ep.advantages is not None,
         "rewarded": ep.rewarded,
+    }
+
+
+def _loss_row(
+    ep: EpisodeArrays,
+    ctx: BatchContext,
+    params: lv.LossParams,
+    per_token: dict[str, np.ndarray],
+    out_schemes: list[dict[str, Any]],
+    as_numpy: bool,
+) -> dict[str, Any]:
+    """Fill the `loss_weights` row in ``out_schemes`` and return the payload's `loss` object
+    (params, where the advantages came from, flags, marks; ``_weights`` for the caller)."""
+    policy = ep.policy
+    if ep.advantages is not None:
+        source, adv = "uploaded", np.asarray(ep.advantages, dtype=np.float64)
+    else:
+        source = next((n for n in per_token if n != "loss_weights"), None)
+        if source is None:
+            raise ApiError(
+                422,
+                "scheme_not_applicable",
+                "the `loss_weights` row needs advantages: upload them, or show an advantage row with it.",
+                field="scheme",
+            )
+        adv = per_token[source]
+    lengths = ctx.lengths if ctx.lengths is not None else None
+    if lengths is None and (ctx._arrays is not None or ctx.load_all is not None):
+        lengths = ctx.policy_lengths()
+    horizon = int(ctx.n_tokens.max(initial=0)) if ctx.n_tokens is not None else len(policy)
+    w, states = lv.episode_loss_weights(
+        adv, policy, ep.logprobs, ep.rollout_logprobs, params, lengths, horizon=horizon or None
+    )
+    for entry in out_schemes:
+        if entry["name"] == "loss_weights":
+            label, kind, _ = sc.SERVICE_SCHEMES["loss_weights"]
+            entry.update(label=label, kind=kind, advantages=_masked(w, policy, as_numpy))
+    st = np.where(policy, states, 0)
+    zero = np.flatnonzero(policy & (adv != 0) & (w == 0))
+    return {
+        **params.as_dict(),
+        "advantages_from": source,
+        "ratio_from": "logprobs" if ep.logprobs is not None else "none (ratio 1)",
+        "states": st.astype(np.int64).tolist(),
+        "marks": lv.marks(st),
+        "n_zeroed": int(len(zero)),
+        "abs_advantage_zeroed_share": float(np.abs(adv[zero]).sum() / max(np.abs(adv[policy]).sum(), 1e-300)),
+        "_weights": w,
     }
 
 

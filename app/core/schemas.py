@@ -131,6 +131,8 @@ class TurnOut(BaseModel):
     value: float | None
     effect: str | None
     means: dict[str, float]
+    # With the `loss_weights` row: this call's share of the episode's |weight|.
+    loss_share: float | None = None
 
 
 class AdvantagesOut(BaseModel):
@@ -160,6 +162,10 @@ class AdvantagesOut(BaseModel):
     # Signal rows: those asked for with `signal=` that the episode has data for.
     available_signals: list[str] = []
     signals: list[SignalOut] = []
+    # With the `loss_weights` row: its loss, agg, rollout_is, rollout_is_threshold, bypass,
+    # advantages_from, ratio_from, per-token TokenState flags `states`, `marks`, `n_zeroed`,
+    # `abs_advantage_zeroed_share` (app/compute/loss_view.py).
+    loss: dict[str, Any] | None = None
 
 
 class BatchSummaryOut(BaseModel):

@@ -73,6 +73,13 @@ SERVICE_SCHEMES = {
         "The uploaded advantages minus the audit's reference: where the trainer differs from the best match "
         "(own diverging scale).",
     ),
+    "loss_weights": ServiceScheme(
+        "loss weights (−∂L/∂log π)",
+        "loss",
+        "Each token's share of the policy gradient under the loss, aggregation and rollout correction "
+        "chosen with loss=, agg=, rollout_is= (verl 0.9.1's; app/compute/loss_view.py), on its own scale; "
+        "clipped or zeroed tokens are marked.",
+    ),
 }
 # Service schemes computed by the batch audit (app/compute/audit.py).
 AUDIT_SCHEMES = ("audit_reference", "audit_diff")

@@ -12,6 +12,22 @@ from urllib.parse import urlencode
 from app.core import schemes as sc
 from app.core.signals import SIGNAL_ROWS
 
+# The loss_weights row's choices (the same lists as app/compute/loss_view.py and estimators/loss.py).
+LOSSES = ("vanilla", "gspo", "cispo", "geo_mean", "gpg", "sapo", "clip_cov", "kl_cov")
+AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum")
+ROLLOUT_IS = ("none", "token", "sequence")
+
+
+def _threshold(raw: str | None) -> str:
+    """A TIS threshold ("2") or an IcePop window ("0.5_2"); anything else: the default "2"."""
+    s = (raw or "").strip()
+    try:
+        parts = [float(p) for p in s.split("_")]
+    except ValueError:
+        return "2"
+    ok = len(parts) in (1, 2) and all(math.isfinite(p) and p > 0 for p in parts) and parts == sorted(parts)
+    return s if ok else "2"
+
 
 def _float(raw: str | None, default: float, lo: float, hi: float) -> float:
     try:
@@ -57,6 +73,13 @@ class EpisodeView:
     tok: int | None = None
     chart: bool = False
     signals: list[str] = field(default_factory=list)
+    # The `loss_weights` row's loss x aggregation x correction (app/compute/loss_view.py); in the
+    # query only when that row is shown, so older links stay canonical.
+    loss: str = "vanilla"
+    agg: str = "token-mean"
+    rollout_is: str = "none"
+    rollout_is_threshold: str = "2"
+    bypass: bool = False
 
     @classmethod
     def from_query(cls, q: dict[str, str], known: set[str] | None = None) -> EpisodeView:
@@ -88,6 +111,11 @@ class EpisodeView:
             tok=int(tok_raw) if tok_raw.isdigit() else None,
             chart=q.get("chart") == "1",
             signals=signals,
+            loss=q.get("loss") if q.get("loss") in LOSSES else "vanilla",
+            agg=q.get("agg") if q.get("agg") in AGGS else "token-mean",
+            rollout_is=q.get("rollout_is") if q.get("rollout_is") in ROLLOUT_IS else "none",
+            rollout_is_threshold=_threshold(q.get("rollout_is_threshold")),
+            bypass=q.get("bypass") == "1",
         )
 
     def query(self) -> str:
@@ -115,6 +143,11 @@ class EpisodeView:
         ]
         if self.signals:  # absent when none: links from before signal rows stay canonical
             pairs.append(("signal", ",".join(self.signals)))
+        if "loss_weights" in self.schemes:
+            pairs += [("loss", self.loss), ("agg", self.agg), ("rollout_is", self.rollout_is)]
+            pairs.append(("rollout_is_threshold", self.rollout_is_threshold))
+            if self.bypass:
+                pairs.append(("bypass", "1"))
         return pairs
 
     def to_dict(self) -> dict:

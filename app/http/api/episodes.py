@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from sqlmodel import Session
 
+from app.compute import loss_view as lv
 from app.compute.advantages import BatchContext, episode_advantages
 from app.core import schemes as sc
 from app.core.errors import not_found
@@ -91,14 +92,30 @@ def get_advantages(
         "token_weights "
         "(left out when the episode lacks their arrays; see `available_signals`)",
     ),
+    loss: str = Query("vanilla", description="the loss_weights row's policy loss: " + ", ".join(lv.LOSSES)),
+    agg: str = Query("token-mean", description="its loss aggregation: " + ", ".join(lv.AGGS)),
+    rollout_is: str = Query("none", description="its rollout correction: none, token or sequence"),
+    rollout_is_threshold: str = Query(
+        "2", description="a number (TIS: truncate there) or lo_hi (IcePop: zero outside)"
+    ),
+    bypass: bool = Query(False, description="old_log_prob = rollout_logprobs (verl's bypass mode)"),
 ):
     signals = parse_signals(signal)
+    loss_params = lv.parse(loss, agg, rollout_is, rollout_is_threshold, bypass)
     ep = episode_or_404(session, slug)
     arrays = episode_arrays(ep)
     ctx = batch_context(session, ep.batch_id, ep.slug, request.app.state.settings)
     ctx.audit = lambda: episode_audit(session, ep, request.app.state.settings)
     payload = episode_advantages(
-        arrays, ctx, schemes=scheme, gamma=gamma, lam=lam, baseline=baseline, critic=critic, as_numpy=True
+        arrays,
+        ctx,
+        schemes=scheme,
+        gamma=gamma,
+        lam=lam,
+        baseline=baseline,
+        critic=critic,
+        as_numpy=True,
+        loss=loss_params,
     )
     payload["params"]["signals"] = signals
     payload["available_signals"] = available_signals(arrays)

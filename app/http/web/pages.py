@@ -100,6 +100,7 @@ async def episode_page(request: Request, slug: str, session: SessionDep) -> Resp
     }
     nums = {"gamma": st.fmt_num(view.gamma), "lam": st.fmt_num(view.lam)}
     ctx = {"initial": initial, "slug": slug, "view": view, "nums": nums, "task": head[0]}
+    ctx["loss_choices"] = {"losses": st.LOSSES, "aggs": st.AGGS, "rollout_is": st.ROLLOUT_IS}
     b = session.get(Batch, head[2])
     ref = batch_ref(b) if b is not None else head[2]  # an unlisted batch is linked by its slug
     initial["batch_ref"] = ref
