@@ -133,10 +133,9 @@ def compute_file(
     parsed = parse_upload(data, fmt=fmt, filename=filename)
     for i, ep in enumerate(parsed.episodes):
         prepare_episode(ep, episode=i + 1, line=parsed.lines[i])  # same validation as the server
-    from app.compute.advantages import (  # torch: imported only once the file is valid
-        BatchContext,
-        episode_advantages,
-    )
+    # torch: imported only once the file is valid
+    from app.compute.advantages import episode_advantages
+    from app.compute.batch import BatchContext
 
     arrays = [arrays_from_native(ep) for ep in parsed.episodes]
     groups = [a.group for a in arrays]
@@ -350,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--scheme",
         action="append",
-        help=f"repeat or comma-separate (default {','.join(schemes.DEFAULT_SCHEMES)})",
+        help=f"repeat or comma-separate (default {','.join(schemes.DEFAULT_SCHEMES)}; for an episode without critic values the first of these and {','.join(schemes.DEFAULT_FILL)} that it has the inputs for)",
     )
     c.add_argument("--gamma", type=float, default=schemes.DEFAULT_GAMMA)
     c.add_argument("--lam", type=float, default=schemes.DEFAULT_LAM)

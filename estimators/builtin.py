@@ -31,7 +31,7 @@ def _mask(inp: EstimatorInput) -> Tensor:
 
 
 def _values(inp: EstimatorInput) -> Tensor:
-    """The critic values (the registry checks ``needs_values`` before calling)."""
+    """The critic values (the registry checks ``reads`` before calling)."""
     if inp.values is None:
         raise ValueError("this estimator needs values (a critic)")
     return inp.values
@@ -97,7 +97,8 @@ def _returns(inp: EstimatorInput) -> EstimatorOutput:
     label="TD error",
     description="One-step TD error r + gamma V(next policy token) - V: GAE with lambda = 0.",
     kind="token",
-    needs_values=True,
+    reads=("rewards", "values"),
+    may_read=("last_value",),
 )
 def _td(inp: EstimatorInput) -> EstimatorOutput:
     d = T.td_errors(inp.rewards, _values(inp), inp.mask, inp.gamma, inp.last_value)
@@ -110,7 +111,8 @@ def _td(inp: EstimatorInput) -> EstimatorOutput:
     label="n-step",
     description="n-step return minus V: n real rewards, then bootstrap from the critic.",
     kind="token",
-    needs_values=True,
+    reads=("rewards", "values"),
+    may_read=("last_value",),
     params={"n": 5},
 )
 def _nstep(inp: EstimatorInput, n: int = 5) -> EstimatorOutput:
@@ -123,7 +125,8 @@ def _nstep(inp: EstimatorInput, n: int = 5) -> EstimatorOutput:
     label="token GAE",
     description="GAE with one step per policy token; tool spans are skipped, not stepped through.",
     kind="token",
-    needs_values=True,
+    reads=("rewards", "values"),
+    may_read=("last_value",),
 )
 def _token_gae(inp: EstimatorInput) -> EstimatorOutput:
     a, t = T.gae(inp.rewards, _values(inp), inp.mask, inp.gamma, inp.lam, inp.last_value)
@@ -135,7 +138,8 @@ def _token_gae(inp: EstimatorInput) -> EstimatorOutput:
     label="turn GAE",
     description="GAE with one step per turn (call); each turn's advantage is shared by its tokens.",
     kind="turn",
-    needs_values=True,
+    reads=("rewards", "values"),
+    may_read=("turn_ids", "last_value"),
 )
 def _turn_gae(inp: EstimatorInput) -> EstimatorOutput:
     a, t = T.turn_gae(inp.rewards, _values(inp), inp.mask, inp.gamma, inp.lam, inp.turn_ids, inp.last_value)
@@ -147,7 +151,8 @@ def _turn_gae(inp: EstimatorInput) -> EstimatorOutput:
     label="GAE (verl, whitened)",
     description="Token GAE followed by verl's global masked whitening (mean 0, unit variance over the batch).",
     kind="token",
-    needs_values=True,
+    reads=("rewards", "values"),
+    may_read=("last_value",),
     verl_name="gae",
 )
 def _verl_gae(inp: EstimatorInput) -> EstimatorOutput:
@@ -166,6 +171,7 @@ _SCORE = {"score": "masked"}
     label="group mean",
     description="Episode score minus the mean score of its group (singleton: 0).",
     kind="outcome",
+    reads=("scores", "groups"),
     params=dict(_SCORE),
 )
 def _group_mean(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
@@ -177,6 +183,7 @@ def _group_mean(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
     label="GRPO",
     description="Score minus group mean, divided by the group's std (+1e-6).",
     kind="outcome",
+    reads=("scores", "groups"),
     params={"std": "sample", "eps": 1e-6, **_SCORE},
     verl_name="grpo",
 )
@@ -191,6 +198,7 @@ def _grpo(
     label="Dr. GRPO",
     description="Score minus group mean, no std division (singleton keeps its score, as verl).",
     kind="outcome",
+    reads=("scores", "groups"),
     params=dict(_SCORE),
     verl_name="grpo (norm_adv_by_std_in_grpo=False)",
 )
@@ -203,6 +211,7 @@ def _dr_grpo(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
     label="RLOO",
     description="Score minus the mean of the other group members (= G/(G-1) x group mean advantage).",
     kind="outcome",
+    reads=("scores", "groups"),
     params={"singleton": "score", **_SCORE},
     verl_name="rloo",
 )
@@ -215,6 +224,7 @@ def _rloo(inp: EstimatorInput, singleton: str = "score", score: str = "masked") 
     label="batch whitening",
     description="Score whitened across the whole batch (groups ignored): compares attempts at different tasks.",
     kind="outcome",
+    reads=("scores",),
     params={"std": "sample", "eps": 1e-6, **_SCORE},
 )
 def _batch_whiten(
@@ -228,6 +238,7 @@ def _batch_whiten(
     label="group-centred, batch-scaled",
     description="Score minus group mean, divided by one batch-wide std (no per-group difficulty weighting).",
     kind="outcome",
+    reads=("scores", "groups"),
     params={"scale_of": "scores", "std": "sample", "eps": 1e-6, **_SCORE},
 )
 def _gcbs(
@@ -262,10 +273,14 @@ def _rfpp(inp: EstimatorInput) -> EstimatorOutput:
     label="REINFORCE++ (group baseline)",
     description="Score minus group mean, then whitened over all policy tokens of the batch.",
     kind="outcome",
+    reads=("scores", "groups", "lengths"),
     params=dict(_SCORE),
     verl_name="reinforce_plus_plus_baseline",
 )
 def _rfpp_baseline(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
+    lengths = inp.lengths
+    if lengths is not None:  # rows standing for whole episodes: each weighs its policy tokens
+        return _outcome(inp, lambda s: V.reinforce_plus_plus_baseline_rows(s, inp.groups, lengths), score)
     a = V.reinforce_plus_plus_baseline(_scores(inp, score, _float_mask(inp)), inp.mask, inp.groups)
     return EstimatorOutput(advantages=a.to(_dtype(inp)))
 
@@ -275,6 +290,7 @@ def _rfpp_baseline(inp: EstimatorInput, score: str = "masked") -> EstimatorOutpu
     label="ReMax",
     description="Undiscounted return-to-go minus the greedy response's reward (inp.reward_baselines; 0 if absent).",
     kind="token",
+    may_read=("reward_baselines",),
     verl_name="remax",
 )
 def _remax(inp: EstimatorInput) -> EstimatorOutput:
@@ -290,11 +306,12 @@ def _remax(inp: EstimatorInput) -> EstimatorOutput:
     label="OPO",
     description="Score minus the length-weighted mean score of its group.",
     kind="outcome",
+    reads=("scores", "groups", "lengths"),
     params=dict(_SCORE),
     verl_name="opo",
 )
 def _opo(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
-    return _outcome(inp, lambda s: G.opo(s, inp.groups, _mask(inp).sum(1)), score)
+    return _outcome(inp, lambda s: G.opo(s, inp.groups, inp.policy_lengths), score)
 
 
 @register(
@@ -302,6 +319,7 @@ def _opo(inp: EstimatorInput, score: str = "masked") -> EstimatorOutput:
     label="GPG",
     description="Score minus group mean, scaled by B / (number of rows with a nonzero score).",
     kind="outcome",
+    reads=("scores", "groups"),
     params={"f_norm": 1.0, **_SCORE},
     verl_name="gpg",
 )
@@ -314,6 +332,7 @@ def _gpg(inp: EstimatorInput, f_norm: float = 1.0, score: str = "masked") -> Est
     label="GRPO pass@k",
     description="Only the best attempt of each group gets credit: best minus second best (over the group std).",
     kind="outcome",
+    reads=("scores", "groups"),
     params={"norm": True, "eps": 1e-6, **_SCORE},
     verl_name="grpo_passk",
 )
@@ -338,6 +357,8 @@ def _otb_inputs(inp: EstimatorInput) -> tuple[Tensor, Tensor]:
     label="optimal token baseline",
     description="Return-to-go minus a per-position group baseline weighted by cumulative path variance.",
     kind="token",
+    reads=("rewards", "logprobs"),
+    may_read=("groups", "sum_pi_squared"),
     params={"handle_zero_tail": True},
     verl_name="optimal_token_baseline",
 )
@@ -354,6 +375,8 @@ def _otb(inp: EstimatorInput, handle_zero_tail: bool = True) -> EstimatorOutput:
     label="optimal token baseline (multi-turn)",
     description="Optimal token baseline aligned by policy-token ordinal, so tool spans do not misalign the group.",
     kind="token",
+    reads=("rewards", "logprobs"),
+    may_read=("groups", "sum_pi_squared"),
     params={"handle_zero_tail": True},
     verl_name="tir_optimal_token_baseline",
 )
@@ -376,6 +399,8 @@ def _tir(inp: EstimatorInput, handle_zero_tail: bool = True) -> EstimatorOutput:
         "among the group's turns that start from the same anchor state (verl-agent's GiGPO)."
     ),
     kind="turn",
+    reads=("rewards", "groups", "turn_states"),
+    may_read=("turn_ids",),
     params={"gamma": 0.95, "omega": 1.0, "mode": "mean_std_norm", "eps": 1e-6},
     verl_name="gigpo (verl-agent, gigpo/core_gigpo.py)",
 )
@@ -414,6 +439,8 @@ def _gigpo(
         "same turn (AgentCreditBench's TurnLOO); the score itself when none did."
     ),
     kind="turn",
+    reads=("rewards", "groups"),
+    may_read=("turn_ids",),
 )
 def _turn_loo(inp: EstimatorInput) -> EstimatorOutput:
     view = A.turn_view(inp.rewards, inp.mask, inp.turn_ids)
@@ -429,6 +456,8 @@ def _turn_loo(inp: EstimatorInput) -> EstimatorOutput:
         "(inp.turn_values, e.g. the mean return of sampled continuations)."
     ),
     kind="turn",
+    reads=("rewards", "turn_values"),
+    may_read=("turn_ids", "last_value"),
 )
 def _monte_carlo(inp: EstimatorInput) -> EstimatorOutput:
     if inp.turn_values is None:

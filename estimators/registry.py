@@ -5,6 +5,8 @@ Every estimator takes an :class:`EstimatorInput` and returns an :class:`Estimato
 
 Add an estimator by decorating a function ``fn(inp: EstimatorInput, **params) -> EstimatorOutput``
 with :func:`register`; it then shows up in :func:`available` and in the service's ``scheme=`` list.
+The call declares what the estimator reads (``reads``, ``may_read``: names from :data:`INPUTS`), and
+callers decide from that what to load, what to check and what to say when an input is missing.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class EstimatorInput:
                (the caller hashes the observation before each turn to an id).
     turn_values: [B, K] Monte Carlo value of the state before each turn (the mean return of
                continuations sampled from that prefix); NaN where the row has no k-th turn.
+    lengths:   [B] policy tokens per row, for rows that stand for whole episodes (a caller that
+               holds only per-episode summaries passes [B, 1] rows: rewards = the scores, mask = 1,
+               and each episode's number of policy tokens here); None: counted from ``mask``.
     """
 
     rewards: Tensor
@@ -56,6 +61,23 @@ class EstimatorInput:
     reward_baselines: Tensor | None = None
     turn_states: Tensor | None = None
     turn_values: Tensor | None = None
+    lengths: Tensor | None = None
+
+    @property
+    def policy_lengths(self) -> Tensor:
+        """[B] policy tokens per row: ``lengths`` when given, else counted from ``mask``."""
+        if self.lengths is not None:
+            return self.lengths
+        return (self.mask != 0).sum(-1)
+
+    def has(self, name: str) -> bool:
+        """True when input ``name`` (a key of :data:`INPUTS`) is there to read: the ones with a
+        default (rewards, scores, lengths, groups, turn_ids) always are; the others when not None."""
+        if name not in INPUTS:
+            raise KeyError(f"unknown input {name!r}; known: {', '.join(INPUTS)}")
+        if name in _ALWAYS:
+            return True
+        return getattr(self, name) is not None
 
     @property
     def scores(self) -> Tensor:
@@ -75,6 +97,28 @@ class EstimatorOutput:
 
 EstimatorFn = Callable[..., EstimatorOutput]
 
+# What an estimator may read (``EstimatorSpec.reads`` / ``may_read``): EstimatorInput fields and
+# per-row summaries of them. The mask is always read and not listed.
+INPUTS: dict[str, str] = {
+    "rewards": "per-token rewards [B, T] (the token layout of each row)",
+    "scores": "one score per episode [B] (rewards summed over policy tokens)",
+    "lengths": "policy tokens per episode [B]",
+    "groups": "group labels [B] (None: the batch is one group)",
+    "turn_ids": "turn index per token [B, T] (None: a turn is a maximal run of policy tokens)",
+    "values": "critic values [B, T]",
+    "last_value": "bootstrap values of truncated rows [B]",
+    "logprobs": "log-probabilities of the chosen tokens [B, T]",
+    "sum_pi_squared": "sum over the vocabulary of pi^2 [B, T]",
+    "reward_baselines": "per-row baseline rewards [B]",
+    "turn_states": "anchor-state id of each turn [B, K]",
+    "turn_values": "Monte Carlo value of the state before each turn [B, K]",
+}
+# Inputs that are always there to read (derived from rewards and mask, or with a default).
+_ALWAYS = frozenset({"rewards", "scores", "lengths", "groups", "turn_ids"})
+# Inputs that a per-episode summary row carries: an outcome estimator that reads nothing else can be
+# computed from [B] columns ([B, 1] rows of scores with ``lengths``), without the token layout.
+SUMMARY_INPUTS = frozenset({"scores", "groups", "lengths"})
+
 
 @dataclass(frozen=True)
 class EstimatorSpec:
@@ -85,7 +129,9 @@ class EstimatorSpec:
     label:       short human label for legends.
     description: one or two sentences for tooltips and docs.
     kind:        "outcome" (one number per episode, broadcast), "token" or "turn".
-    needs_values: True when the estimator reads ``inp.values``.
+    reads:       the inputs it reads (keys of :data:`INPUTS`); each must be there
+                 (:meth:`EstimatorInput.has`), :func:`compute` refuses the call otherwise.
+    may_read:    inputs it reads when they are given and does without otherwise.
     params:      the keyword parameters it accepts, with defaults (documented choices).
     verl_name:   the name in verl 0.9.1's registry this corresponds to, if any.
     """
@@ -95,9 +141,24 @@ class EstimatorSpec:
     label: str
     description: str
     kind: str
-    needs_values: bool = False
+    reads: tuple[str, ...] = ("rewards",)
+    may_read: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
     verl_name: str | None = None
+
+    @property
+    def needs_values(self) -> bool:
+        """True when the estimator reads critic values."""
+        return "values" in self.reads
+
+    @property
+    def from_summaries(self) -> bool:
+        """True for an outcome estimator that reads only per-episode summaries (:data:`SUMMARY_INPUTS`)."""
+        return self.kind == "outcome" and set(self.reads) <= SUMMARY_INPUTS
+
+    def missing(self, inp: EstimatorInput) -> list[str]:
+        """The inputs of ``reads`` that ``inp`` does not have, in ``reads`` order."""
+        return [x for x in self.reads if not inp.has(x)]
 
 
 _REGISTRY: dict[str, EstimatorSpec] = {}
@@ -109,14 +170,19 @@ def register(
     label: str,
     description: str,
     kind: str,
-    needs_values: bool = False,
+    reads: tuple[str, ...] = ("rewards",),
+    may_read: tuple[str, ...] = (),
     params: dict[str, Any] | None = None,
     verl_name: str | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Decorator: add ``fn`` to the registry under ``name``."""
+    """Decorator: add ``fn`` to the registry under ``name``. ``reads``/``may_read``: see
+    :class:`EstimatorSpec` (names from :data:`INPUTS`)."""
 
     if kind not in ("outcome", "token", "turn"):
         raise ValueError(f"kind must be outcome, token or turn, not {kind!r}")
+    unknown = [x for x in (*reads, *may_read) if x not in INPUTS]
+    if unknown:
+        raise ValueError(f"estimator {name!r} reads unknown input(s) {unknown}; known: {', '.join(INPUTS)}")
 
     def deco(fn: EstimatorFn) -> EstimatorFn:
         if name in _REGISTRY:
@@ -127,13 +193,20 @@ def register(
             label=label,
             description=description,
             kind=kind,
-            needs_values=needs_values,
+            reads=tuple(reads),
+            may_read=tuple(may_read),
             params=dict(params or {}),
             verl_name=verl_name,
         )
         return fn
 
     return deco
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` from the registry (a test's or a plugin's own estimator); KeyError if unknown."""
+    _load()
+    del _REGISTRY[name]
 
 
 def available() -> dict[str, EstimatorSpec]:
@@ -159,8 +232,12 @@ def compute(name: str, inp: EstimatorInput, **params: Any) -> EstimatorOutput:
         raise TypeError(
             f"estimator {name!r} takes no parameter(s) {sorted(unknown)}; it takes {sorted(spec.params)}"
         )
-    if spec.needs_values and inp.values is None:
-        raise ValueError(f"estimator {name!r} needs values (a critic)")
+    missing = spec.missing(inp)
+    if missing:
+        raise ValueError(
+            f"estimator {name!r} reads {', '.join(missing)} ({'; '.join(INPUTS[x] for x in missing)}), "
+            "which this input does not have"
+        )
     with torch.no_grad():
         return spec.fn(inp, **params)
 

@@ -27,6 +27,7 @@ from .token import returns_to_go
 __all__ = [
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
+    "reinforce_plus_plus_baseline_rows",
     "remax",
     "optimal_token_baseline",
     "tir_optimal_token_baseline",
@@ -62,6 +63,24 @@ def reinforce_plus_plus_baseline(scores: Tensor, mask: Tensor, groups: Labels = 
     dtype = s.dtype if s.is_floating_point() else torch.get_default_dtype()
     x = centered.to(dtype)[:, None] * m.to(dtype)
     return _whiten_or_zero(x, m)
+
+
+@torch.no_grad()
+def reinforce_plus_plus_baseline_rows(scores: Tensor, groups: Labels, lengths: Tensor) -> Tensor:
+    """[B] :func:`reinforce_plus_plus_baseline` of episodes given as summaries: the centred score
+    (singleton: the score) sits on each of an episode's ``lengths`` policy tokens, so verl's global
+    masked whitening over the batch's tokens is a ``lengths``-weighted whitening of [B] values, with
+    verl's denominators (``N + 1e-8`` and N/(N-1), float64 as :func:`stats.whiten`). O(B)."""
+    s = torch.as_tensor(scores).double()
+    st = group_stats(s, groups)
+    c = torch.where(st.count == 1, s, st.centered)
+    w = torch.as_tensor(lengths).to(torch.float64)
+    n = w.sum()
+    if int(n.item()) < 2:  # fewer than 2 policy tokens: nothing to whiten against
+        return torch.zeros_like(s)
+    mean = (c * w).sum() / (n + 1e-8)
+    var = ((c - mean) ** 2 * w).sum() / (n + 1e-8) * (n / (n - 1))
+    return (c - mean) * torch.rsqrt(var + 1e-8)
 
 
 @torch.no_grad()

@@ -96,6 +96,8 @@ async function load() {
     data = d;
     showError("");
     render();
+    // The server showed a link's critic-reading rows with V = 0 (the episode has no values): say so.
+    if (first && init.critic_fallback) $("copy-status").textContent = "This episode has no critic values: showing critic = zero.";
   } catch (err) {
     if (err.name === "AbortError") return;
     // A link without an explicit critic on an episode without values: fall back to V = 0, say so.

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from app.compute.advantages import outcome_advantages
+from app.compute.batch import outcome_advantages
 from app.core import domain, metrics
 from app.core.arrays import json_loads
 from app.core.schemas import EpisodeSummary

@@ -176,7 +176,7 @@ class StepMetrics:
     def _useless_credit(self, scores: np.ndarray, passed: np.ndarray) -> float | None:
         if not self.calls:
             return None
-        from app.compute.advantages import outcome_advantages  # torch: imported only when calls are known
+        from app.compute.batch import outcome_advantages  # torch: imported only when calls are known
 
         rloo = outcome_advantages("rloo", scores, self.labels)
         by = metrics.credit_by_effect(

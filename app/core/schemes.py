@@ -2,16 +2,23 @@
 
 Every scheme is either an estimator of the registry (estimators/registry.py: name, label, kind,
 description come from its ``register`` call) or one of the three service schemes below, which need
-the episode's batch or data stored with it. Python imports these names; the pages hand
-:func:`client_config` to their scripts in the initial state, so static/*.js holds no copy.
+the episode's batch or data stored with it. Each says what it ``reads`` (the registry's input
+names, estimators/registry.py ``INPUTS``, plus ``advantages``, the trainer's own), and the service
+decides from that alone what to load, what to check and which schemes an episode's default view
+shows (:func:`default_schemes`). Python imports these names; the pages hand :func:`client_config`
+to their scripts in the initial state, so static/*.js holds no copy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, NamedTuple
 
-# The view a link without parameters shows (API, pages, CLI).
+# The view a link without parameters shows (API, pages, CLI) on an episode that has every input
+# these read; one without them (no critic values, as GRPO uploads) shows the first
+# len(DEFAULT_SCHEMES) of DEFAULT_SCHEMES + DEFAULT_FILL whose inputs it has (outcome, returns).
 DEFAULT_SCHEMES = ("outcome", "token_gae", "turn_gae")
+DEFAULT_FILL = ("returns",)
 DEFAULT_GAMMA = 1.0
 DEFAULT_LAM = 0.95
 DEFAULT_BASELINE = "rloo"
@@ -42,6 +49,7 @@ class ServiceScheme(NamedTuple):
     label: str
     kind: str
     description: str
+    reads: tuple[str, ...]
 
 
 SERVICE_SCHEMES = {
@@ -49,16 +57,19 @@ SERVICE_SCHEMES = {
         "outcome (group baseline chosen by `baseline`)",
         "outcome",
         "One number per episode from its group's scores, on every policy token.",
+        ("scores", "groups"),
     ),
     "oracle": ServiceScheme(
         "oracle (true turn values)",
         "turn",
         "A_k = r_k + gamma V_{k+1} - V_k with meta.turn_values; only for episodes that have them.",
+        ("rewards", "turn_values"),
     ),
     "uploaded": ServiceScheme(
         "uploaded advantages",
         "token",
         "The trainer's own advantages uploaded with the episode (the per-token `advantages` field; NeMo-RL, verl, TRL and slime dumps fill it).",
+        ("advantages",),
     ),
     # The audit of the batch's uploaded advantages (GET /api/batches/{id}/audit); need `advantages`.
     "audit_reference": ServiceScheme(
@@ -66,12 +77,14 @@ SERVICE_SCHEMES = {
         "token",
         "The configuration that best explains the batch's uploaded advantages (the audit's best match, or its "
         "closest fit when nothing matches), on this episode.",
+        ("advantages",),
     ),
     "audit_diff": ServiceScheme(
         "uploaded − reference",
         "diff",
         "The uploaded advantages minus the audit's reference: where the trainer differs from the best match "
         "(own diverging scale).",
+        ("advantages",),
     ),
     "loss_weights": ServiceScheme(
         "loss weights (−∂L/∂log π)",
@@ -79,6 +92,7 @@ SERVICE_SCHEMES = {
         "Each token's share of the policy gradient under the loss, aggregation and rollout correction "
         "chosen with loss=, agg=, rollout_is= (verl 0.9.1's; app/compute/loss_view.py), on its own scale; "
         "clipped or zeroed tokens are marked.",
+        (),  # the uploaded advantages, else the first advantage row shown with it (422 when neither)
     ),
 }
 # Service schemes computed by the batch audit (app/compute/audit.py).
@@ -90,13 +104,38 @@ def outcome_label(baseline: str) -> str:
     return f"outcome ({BASELINES[baseline]})"
 
 
+def reads_of(name: str) -> tuple[str, ...]:
+    """The inputs scheme ``name`` reads (a service scheme's, or its registry estimator's ``reads``);
+    KeyError for an unknown name."""
+    if name in SERVICE_SCHEMES:
+        return SERVICE_SCHEMES[name].reads
+    from estimators import get  # torch: not needed for the constants above (the CLI's start)
+
+    return get(name).reads
+
+
+def default_schemes(have: Collection[str]) -> list[str]:
+    """The default view's schemes for an episode that has the inputs ``have``: the first
+    len(DEFAULT_SCHEMES) of DEFAULT_SCHEMES + DEFAULT_FILL whose reads it has."""
+    ok = [s for s in (*DEFAULT_SCHEMES, *DEFAULT_FILL) if set(reads_of(s)) <= set(have)]
+    return ok[: len(DEFAULT_SCHEMES)]
+
+
 def catalog() -> list[dict[str, Any]]:
-    """Every scheme, service schemes first: [{name, label, kind, needs_values, description, params}]."""
+    """Every scheme, service schemes first: [{name, label, kind, needs_values, reads, description, params}]."""
     from estimators import available  # torch: not needed for the constants above (the CLI's start)
 
     out: list[dict[str, Any]] = [
-        {"name": n, "label": label, "kind": kind, "needs_values": False, "description": d, "params": {}}
-        for n, (label, kind, d) in SERVICE_SCHEMES.items()
+        {
+            "name": n,
+            "label": s.label,
+            "kind": s.kind,
+            "needs_values": "values" in s.reads,
+            "reads": list(s.reads),
+            "description": s.description,
+            "params": {},
+        }
+        for n, s in SERVICE_SCHEMES.items()
     ]
     out += [
         {
@@ -104,6 +143,7 @@ def catalog() -> list[dict[str, Any]]:
             "label": s.label,
             "kind": s.kind,
             "needs_values": s.needs_values,
+            "reads": list(s.reads),
             "description": s.description,
             "params": s.params,
         }

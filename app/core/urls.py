@@ -122,8 +122,11 @@ def api_episode(slug: str) -> str:
     return f"/api/episodes/{_seg(slug)}"
 
 
-def api_advantages(slug: str, view: EpisodeView) -> str:
-    """One episode's advantages for a view (its numbers' parameters only)."""
+def api_advantages(slug: str, view: EpisodeView | None = None) -> str:
+    """One episode's advantages for a view (its numbers' parameters only); no view: the episode's
+    default view (the server picks the rows the episode has the inputs for)."""
+    if view is None:
+        return f"{api_episode(slug)}/advantages"
     return f"{api_episode(slug)}/advantages?{view.api_query()}"
 
 

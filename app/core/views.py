@@ -6,6 +6,7 @@ state). static/episode.js writes the same canonical query when the user changes 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from urllib.parse import urlencode
 
@@ -82,9 +83,37 @@ class EpisodeView:
     bypass: bool = False
 
     @classmethod
-    def from_query(cls, q: dict[str, str], known: set[str] | None = None) -> EpisodeView:
+    def from_query(
+        cls,
+        q: dict[str, str],
+        known: set[str] | None = None,
+        inputs: Callable[[str], Collection[str]] | None = None,
+    ) -> EpisodeView:
         """Parse a query string, silently replacing malformed values with defaults (a link
-        never 500s); scheme names are filtered against ``known`` when given."""
+        never 500s); scheme names are filtered against ``known`` when given.
+
+        ``inputs``: critic -> the inputs the episode has (app/compute/inputs.py). With it, a
+        query without ``scheme`` gets the episode's default schemes (those whose reads it has:
+        no critic-reading row for an episode without values), and a query without ``critic`` whose
+        schemes read values the episode lacks gets ``critic=zero`` (V = 0)."""
+        view = cls._parse(q, known)
+        if inputs is not None:
+            if q.get("scheme") is None:
+                view.schemes = sc.default_schemes(inputs(view.critic))
+            elif q.get("critic") is None and view.needs_critic_fallback(inputs):
+                view.critic = sc.NO_CRITIC
+        return view
+
+    def needs_critic_fallback(self, inputs: Callable[[str], Collection[str]]) -> bool:
+        """True when a scheme shown reads critic values that the episode lacks under this critic
+        but gets under ``critic=zero``."""
+        if "values" in inputs(self.critic) or "values" not in inputs(sc.NO_CRITIC):
+            return False
+        known = set(sc.names())
+        return any(s in known and "values" in sc.reads_of(s) for s in self.schemes)
+
+    @classmethod
+    def _parse(cls, q: dict[str, str], known: set[str] | None) -> EpisodeView:
         raw = q.get("scheme")
         if raw is None:
             schemes = list(sc.DEFAULT_SCHEMES)

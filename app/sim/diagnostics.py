@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.compute.advantages import outcome_advantages
+from app.compute.batch import outcome_advantages
 from app.core import domain, metrics
 from app.core.arrays import arrays_from_native
 from app.core.schemas import EpisodeIn

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from sqlmodel import Session, col, select
 
-from app.compute.advantages import BatchSummary
+from app.compute.batch import BatchSummary
 from app.core import domain
 from app.core.settings import Settings
 from app.storage.models import Batch, Episode
@@ -80,7 +80,7 @@ def batch_key(session: Session, batch: Batch) -> tuple:
 
 
 def batch_summary(session: Session, batch: Batch, settings: Settings) -> BatchSummary:
-    """The batch's :class:`~app.compute.advantages.BatchSummary`, read from its columns once per state."""
+    """The batch's :class:`~app.compute.batch.BatchSummary`, read from its columns once per state."""
     key = batch_key(session, batch)
     hit = _SUMMARIES.get(key)
     if hit is not None:

@@ -1,10 +1,15 @@
 """Reading a stored batch's episodes: full rows, rows by slug, and the array-free summaries and scores
-the batch API, the diagnostics and the outcome baselines read (selecting only those columns)."""
+the batch API, the diagnostics and the outcome baselines read (selecting only those columns); which
+inputs an episode has for the schemes (presence flags, no arrays read)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlmodel import Session, col, select
 
+from app.compute.inputs import inputs_of
+from app.core.arrays import json_loads
 from app.core.errors import not_found
 from app.core.schemas import EpisodeScore, EpisodeSummary
 from app.storage.models import Episode
@@ -72,3 +77,29 @@ def group_summaries(session: Session, batch_id: int, group: str) -> list[Episode
 def batch_scores(session: Session, batch_id: int) -> list[EpisodeScore]:
     """What the outcome baselines need of every episode of a batch."""
     return _rows(session, batch_id, EpisodeScore)
+
+
+def episode_inputs_by_slug(session: Session, slug: str) -> Callable[[str], frozenset[str]] | None:
+    """critic -> the inputs episode ``slug`` has for the schemes (app/compute/inputs.py), from
+    presence flags of its columns (no array is read); None when there is no such episode."""
+    row = session.exec(
+        select(
+            col(Episode.values).is_not(None),
+            col(Episode.logprobs).is_not(None),
+            col(Episode.advantages).is_not(None),
+            Episode.truncated,
+            col(Episode.bootstrap_value).is_not(None),
+            Episode.meta_json,
+        ).where(Episode.slug == slug)
+    ).first()
+    if row is None:
+        return None
+    values, logprobs, advantages, truncated, boot, meta_json = row
+    flags = {
+        "values": bool(values),
+        "logprobs": bool(logprobs),
+        "advantages": bool(advantages),
+        "turn_values": json_loads(meta_json or "{}").get("turn_values") is not None,
+        "bootstrap": bool(truncated and boot),
+    }
+    return lambda critic: inputs_of(**flags, critic=critic)

@@ -75,10 +75,13 @@ def test_critic_zero_token_gae_by_hand(client, group_of_eight):
 
 
 def test_no_values_with_a_critic_scheme_is_a_4xx_that_suggests_critic_zero(client, group_of_eight):
-    r = client.get(f"/api/episodes/{group_of_eight[0]}/advantages")
+    r = client.get(
+        f"/api/episodes/{group_of_eight[0]}/advantages", params={"scheme": "outcome,token_gae,turn_gae"}
+    )
     assert r.status_code == 422
     err = r.json()["error"]
     assert err["code"] == "no_values" and err["field"] == "critic" and "critic=zero" in err["message"]
+    assert "`values`" in err["message"] and "token_gae, turn_gae" in err["message"]
     # critic-free schemes need no values
     assert (
         adv(client, group_of_eight[0], scheme="outcome,returns")["schemes"][1]["advantages"][2:] == [1.0] * 3

@@ -222,3 +222,30 @@ def test_run_image_draws_bare_series():
     ((_, _, pts),) = pv.run_series({"reward": [0.0, 0.5, 1.0]})
     xy = pv.run_points(pv.run_panels(1)[0], pts)
     assert [img.getpixel(p) for p in xy] == [pv.RUN_COLORS[0]] * 3
+
+
+def test_an_episode_without_critic_values_opens_and_previews_with_no_failed_request(page, server):
+    # A GRPO user's upload: rewards and groups, no `values`. Its default view is critic-free
+    # (outcome, returns-to-go): the page's first request answers 200 and the preview renders.
+    eps = [{**_ep(r, [0.0] * 12), "meta": {"task": "no critic"}} for r in (1.0, 0.0)]
+    for e in eps:
+        del e["values"]
+    slug = upload(server, "no-critic", eps)["episodes"][0]["slug"]
+    bad: list[str] = []
+    page.on("response", lambda r: bad.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.on("requestfailed", lambda r: bad.append(f"failed {r.url}"))
+    page.goto(f"/e/{slug}")
+    page.wait_for_selector('#strip[data-ready="1"]')
+    assert "scheme=outcome,returns&" in page.url  # the server's default view, written to the URL
+    assert page.locator("#error").is_hidden()
+    og = _og(page)
+    adv = httpx.get(server + urls.api_advantages(slug)).json()
+    kinds, rows = adv["kinds"], [s["advantages"] for s in adv["schemes"]]
+    assert [s["name"] for s in adv["schemes"]] == ["outcome", "returns"]
+    cells = pv.episode_layout(len(kinds), len(rows))
+    got = _pixels(page, og["og:image"], [_centre(c) for c in cells])
+    assert (got["w"], got["h"]) == (1200, 630)
+    scale = pv.max_abs(rows, kinds)
+    assert got["px"] == [list(pv.cell_color(kinds[c.i], rows[c.row][c.i], scale)) for c in cells]
+    assert bad == []
+    assert [m for m in page.probe.console if m.startswith("error")] == [] and page.probe.errors == []

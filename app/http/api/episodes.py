@@ -6,7 +6,8 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from sqlmodel import Session
 
 from app.compute import loss_view as lv
-from app.compute.advantages import BatchContext, episode_advantages
+from app.compute.advantages import episode_advantages
+from app.compute.batch import BatchContext
 from app.core import schemes as sc
 from app.core.errors import not_found
 from app.core.schemas import AdvantagesOut, EpisodeOut, ErrorOut, SignalsOut
@@ -77,8 +78,10 @@ def get_advantages(
     request: Request,
     session: SessionDep,
     scheme: list[str] = Query(
-        list(sc.DEFAULT_SCHEMES),
-        description="repeat or comma-separate: outcome, oracle, uploaded, or any registry estimator (GET /api/schemes)",
+        [],
+        description="repeat or comma-separate: outcome, oracle, uploaded, or any registry estimator (GET /api/schemes); "
+        f"default {','.join(sc.DEFAULT_SCHEMES)}, or for an episode without the inputs one of them reads (critic "
+        "values) the first of " + ",".join((*sc.DEFAULT_SCHEMES, *sc.DEFAULT_FILL)) + " that it has",
     ),
     gamma: float = Query(sc.DEFAULT_GAMMA, description="discount per policy step, in [0, 1]"),
     lam: float = Query(sc.DEFAULT_LAM, description="GAE lambda, in [0, 1]"),

@@ -21,6 +21,7 @@ from app.http.web.internal import api_get
 from app.http.web.preview import batch_og, episode_og, run_og
 from app.http.web.talk import STEPS, step_or_none
 from app.storage.db import SessionDep
+from app.storage.episodes import episode_inputs_by_slug
 from app.storage.models import Batch, Episode, Run
 from app.storage.runs import run_by_ref, run_ref
 from app.storage.store import batch_by_ref, batch_ref
@@ -80,7 +81,11 @@ async def home(request: Request) -> Response:
 @router.get("/e/{slug}", response_class=HTMLResponse)
 async def episode_page(request: Request, slug: str, session: SessionDep) -> Response:
     """One episode: stacked token strips, controls, per-call table. State = query string."""
-    view = st.EpisodeView.from_query(dict(request.query_params), set(schemes.names()))
+    q = dict(request.query_params)
+    # The episode's inputs decide its default rows (no critic-reading row without critic values),
+    # so the page's first request is one the API answers (app/compute/inputs.py).
+    inputs = episode_inputs_by_slug(session, slug)
+    view = st.EpisodeView.from_query(q, set(schemes.names()), inputs)
     api = urls.api_advantages(slug, view)
     page = {"page": "episode", "slug": slug, "view": view.to_dict(), "query": view.query()}
     if wants_json(request):
@@ -97,6 +102,8 @@ async def episode_page(request: Request, slug: str, session: SessionDep) -> Resp
         "episode_api": urls.api_episode(slug),
         "schemes": schemes.client_config(),
         "signals": signal_catalog(),
+        # The link asked for rows that read critic values the episode lacks: shown with V = 0.
+        "critic_fallback": q.get("critic") is None and view.critic == schemes.NO_CRITIC,
     }
     nums = {"gamma": st.fmt_num(view.gamma), "lam": st.fmt_num(view.lam)}
     ctx = {"initial": initial, "slug": slug, "view": view, "nums": nums, "task": head[0]}

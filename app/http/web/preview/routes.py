@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from app.core import urls
-from app.core import views as st
 from app.core.errors import ApiError
 from app.http.web.internal import api_get
 from app.http.web.preview.cache import cache_for, cache_key
@@ -20,12 +20,29 @@ from app.http.web.preview.og import short_num
 router = APIRouter(include_in_schema=False)
 
 
+def _raise_for(status: int, body: Any, what: str, field: str) -> None:
+    """The API's refusal as the image's: 404 "does not exist" only when the API said so (404);
+    any other error keeps its status, code and message (the thing exists, its image cannot be drawn)."""
+    if status < 400 and body is not None:
+        return
+    if status == 404 or body is None:
+        raise ApiError(404, "not_found", f"{what} does not exist.", field=field)
+    err = (body or {}).get("error") or {}
+    raise ApiError(
+        status,
+        err.get("code") or "preview_failed",
+        f"no preview of {what}: {err.get('message') or 'its data could not be read'}",
+        field=err.get("field") or field,
+    )
+
+
 async def episode_preview_data(request: Request, slug: str) -> dict:
     """What the episode image shows, from the advantages API with the default view."""
 
-    status, body = await api_get(request, urls.api_advantages(slug, st.EpisodeView()))
-    if status >= 400 or body is None:
-        raise ApiError(404, "not_found", f"episode {slug!r} does not exist.", field="slug")
+    # The episode's default view, as a link without parameters shows it (critic-free rows for an
+    # episode without critic values).
+    status, body = await api_get(request, urls.api_advantages(slug))
+    _raise_for(status, body, f"episode {slug!r}", "slug")
     kinds = body["kinds"]
     ep = body.get("episode") or {}
     title = ep.get("task") or f"Episode {slug}"
@@ -40,8 +57,7 @@ async def episode_preview_data(request: Request, slug: str) -> dict:
 async def batch_preview_data(request: Request, batch_id: int | str) -> dict:
 
     status, body = await api_get(request, urls.api_batch(batch_id))
-    if status >= 400 or body is None:
-        raise ApiError(404, "not_found", f"batch {batch_id} does not exist.", field="batch_id")
+    _raise_for(status, body, f"batch {batch_id}", "batch_id")
     diag = body.get("diagnostics") or {}
     counts = (diag.get("reward_histogram") or {}).get("counts") or []
     adv = [e.get("group_center") for e in (diag.get("whiten_vs_center") or {}).get("episodes") or []]
@@ -93,8 +109,7 @@ async def run_preview_data(request: Request, run_id: int | str) -> dict:
     """What the run image shows, from the run's API answer (metrics stored at ingest)."""
 
     status, body = await api_get(request, urls.api_run(run_id))
-    if status >= 400 or body is None:
-        raise ApiError(404, "not_found", f"run {run_id} does not exist.", field="run_id")
+    _raise_for(status, body, f"run {run_id}", "run_id")
     steps = body.get("steps") or []
     series: dict[str, list[list[float]]] = {}
     for s in steps:
