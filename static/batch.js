@@ -1,5 +1,5 @@
 // Batch page: diagnostics from /api/batches/{id} as cards, Plotly figures and tables.
-import { csvCell, download, el, fetchJSON, fmt, plotlyConfig, readInitial, urls } from "./util.js";
+import { csvCell, download, el, fetchJSON, fmt, markOpen, plotlyConfig, readInitial, urls } from "./util.js";
 
 const init = readInitial();
 const $ = (id) => document.getElementById(id);
@@ -11,7 +11,7 @@ const NEG = "rgb(178,24,43)";
 export function plot(id, traces, layout, name) {
   const node = typeof id === "string" ? $(id) : id;
   if (!window.Plotly) {
-    node.textContent = `Plotly is not available (${urls.plotly}).`;
+    node.textContent = `Plotly is not available (${urls.plotlyBasic}).`;
     return;
   }
   window.Plotly.newPlot(
@@ -38,7 +38,7 @@ function wvcRows(diag, eps) {
   return [];
 }
 
-function histogram(diag, eps) {
+function histogram(diag) {
   const h = diag && diag.reward_histogram;
   if (h) {
     const edges = h.edges || h.bin_edges || h.bins;
@@ -52,16 +52,41 @@ function histogram(diag, eps) {
       return [{ type: "bar", x: h.values, y: counts, marker: { color: POS }, name: "episodes" }];
     }
   }
-  return [{ type: "histogram", x: eps.map((e) => e.reward), marker: { color: POS }, name: "episodes" }];
+  return [];
 }
 
 export function figHist(node, b) {
-  plot(node, histogram(b.diagnostics, b.episodes || []), { xaxis: { title: { text: "reward" } }, yaxis: { title: { text: "episodes" } }, bargap: 0.05 }, `batch-${b.id}-rewards`);
+  plot(node, histogram(b.diagnostics), { xaxis: { title: { text: "reward" } }, yaxis: { title: { text: "episodes" } }, bargap: 0.05 }, `batch-${b.id}-rewards`);
 }
+
+/** Tick positions for a category axis of ``n`` bars in ``width`` px, at the first bar of each
+ * run of equal keys, at most one per ``minGap`` px (the labels never overlap, whatever the
+ * number of episodes: the hover names each bar's episode). */
+export function sparseTicks(keys, width, minGap) {
+  const step = width / Math.max(keys.length, 1);
+  const out = [];
+  let last = -Infinity;
+  keys.forEach((k, i) => {
+    if (i > 0 && k === keys[i - 1]) return;
+    const x = (i + 0.5) * step;
+    if (x - last < minGap) return;
+    out.push(i);
+    last = x;
+  });
+  return out;
+}
+
+// A tick label's width at 13 px, rotated by 30° (upper bound: 7.5 px per character).
+const tickGap = (texts) => 0.87 * 7.5 * Math.max(1, ...texts.map((t) => t.length)) + 0.5 * 16 + 8;
 
 export function figWhiten(node, b, height = 320) {
   const wvc = wvcRows(b.diagnostics, b.episodes || []).slice().sort((p, q) => String(p.group).localeCompare(String(q.group)) || p.reward - q.reward);
   const labels = wvc.map((r, i) => `${r.group} · ${i}`);
+  const target = typeof node === "string" ? $(node) : node;
+  // The plot area: the box less the margins (56 + 16 px).
+  const width = Math.max(200, (target.clientWidth || 640) - 72);
+  const groups = wvc.map((r) => String(r.group));
+  const ticks = sparseTicks(groups, width, tickGap(groups));
   plot(
     node,
     [
@@ -71,11 +96,12 @@ export function figWhiten(node, b, height = 320) {
     {
       height,
       barmode: "group",
-      // One tick per group (at its first episode) instead of one per episode.
+      // One tick per group (at its first episode), fewer when they would not fit.
       xaxis: {
+        type: "category",
         tickmode: "array",
-        tickvals: labels.filter((_, i) => i === 0 || wvc[i].group !== wvc[i - 1].group),
-        ticktext: wvc.filter((r, i) => i === 0 || r.group !== wvc[i - 1].group).map((r) => String(r.group)),
+        tickvals: ticks.map((i) => labels[i]),
+        ticktext: ticks.map((i) => groups[i]),
         tickangle: -30,
         automargin: true,
       }, yaxis: { title: { text: "advantage" } }, legend: { orientation: "h", y: 1.12 } },
@@ -90,18 +116,26 @@ function groupLabel(g, i) {
 
 export function figGroups(node, b, height = 320) {
   const groups = (b.diagnostics && b.diagnostics.groups) || [];
+  const x = groups.map((g, i) => String(groupLabel(g, i)));
+  const target = typeof node === "string" ? $(node) : node;
+  const ticks = sparseTicks(x, Math.max(200, (target.clientWidth || 640) - 72), tickGap(x));
   plot(
     node,
     [
       {
         type: "bar",
-        x: groups.map((g, i) => String(groupLabel(g, i))),
+        x,
         y: groups.map((g) => g.pass_rate),
         marker: { color: groups.map((g) => (g.zero_variance ? "#999" : POS)), pattern: { shape: groups.map((g) => (g.zero_variance ? "/" : "")) } },
         hovertemplate: "group %{x}<br>pass rate %{y:.2f}<extra></extra>",
       },
     ],
-    { height, yaxis: { title: { text: "pass rate" }, range: [0, 1.05] }, xaxis: { type: "category" } },
+    {
+      height,
+      yaxis: { title: { text: "pass rate" }, range: [0, 1.05] },
+      // Every group's label while they fit, fewer (evenly spaced) beyond: the hover names each bar.
+      xaxis: { type: "category", tickmode: "array", tickvals: ticks.map((i) => x[i]), ticktext: ticks.map((i) => x[i]), tickangle: -30, automargin: true },
+    },
     `batch-${b.id}-groups`,
   );
 }
@@ -236,7 +270,13 @@ export function renderAudit(a) {
   t.hidden = false;
 }
 
-function loadAudit(id) {
+function loadAudit(id, audit) {
+  if (audit && !audit.possible) {
+    // The batch API says up front when there is nothing to audit (or too much): no request.
+    $("audit-best").textContent = audit.code === "no_advantages" ? `Nothing to audit: ${audit.reason}` : audit.reason;
+    $("audit-box").dataset.ready = "1";
+    return Promise.resolve();
+  }
   return fetchJSON(urls.apiAudit(id))
     .then(renderAudit)
     .catch((err) => {
@@ -273,12 +313,13 @@ function load(offset, first) {
       if (first) {
         $("ep-filter").value = (init.view && init.view.q) || "";
         render(b);
-        loadAudit(b.ref ?? b.id);
+        loadAudit(b.ref ?? b.id, b.audit);
       } else {
         figWhiten("fig-whiten", b); // its per-episode bars follow the page
         renderEpisodes(b);
       }
       document.body.dataset.ready = "1";
+      markOpen();
     })
     .catch((err) => {
       $("error").textContent = err.describe ? err.describe() : String(err);

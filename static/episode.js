@@ -1,7 +1,7 @@
 // Episode page: controls <-> URL query string <-> /api/episodes/{slug}/advantages -> strips.
 import { Overview } from "./overview.js";
 import { TokenStrip, maxAbs } from "./strip.js";
-import { copyText, csvCell, debounce, download, el, fetchJSON, fmt, inkOn, qnum, queryString, readInitial, rgb, signalColor, signalGradient, signalScale, urls, viewPairs } from "./util.js";
+import { copyText, csvCell, debounce, download, el, fetchJSON, fmt, inkOn, markOpen, qnum, queryString, readInitial, rgb, signalColor, signalGradient, signalScale, urls, viewPairs } from "./util.js";
 
 const init = readInitial();
 const slug = init.slug;
@@ -241,6 +241,7 @@ function render() {
   renderCallsChart();
   stripBox.dataset.ready = "1";
   stripBox.dataset.query = query();
+  markOpen();
 }
 
 /** The legend's note on the audit rows: the difference row's own scale and the finding marks. */
@@ -410,13 +411,13 @@ function renderCalls(d, rows, scale) {
   table.replaceChildren(el("thead", {}, head), body);
 }
 
-// Plotly is 4.8 MB: loaded only when the chart is opened, so long episodes still open fast.
+// Plotly (its 1.2 MB basic bundle) is loaded only when the chart is opened, so long episodes open fast.
 let plotlyLoading = null;
 function loadPlotly() {
   if (window.Plotly) return Promise.resolve();
   if (!plotlyLoading) {
     plotlyLoading = new Promise((resolve, reject) => {
-      const tag = el("script", { src: urls.plotly });
+      const tag = el("script", { src: urls.plotlyBasic });
       tag.addEventListener("load", resolve);
       tag.addEventListener("error", reject);
       document.head.append(tag);
@@ -432,7 +433,7 @@ async function renderCallsChart() {
   try {
     await loadPlotly();
   } catch (_) {
-    node.textContent = `Plotly is not available (${urls.plotly}).`;
+    node.textContent = `Plotly is not available (${urls.plotlyBasic}).`;
     return;
   }
   const { plotlyConfig } = await import("./util.js");

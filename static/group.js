@@ -1,5 +1,5 @@
 // Group page: the G attempts side by side, outcome advantage under every group baseline.
-import { advColor, csvCell, download, el, fetchJSON, fmt, inkOn, plotlyConfig, readInitial, rgb, urls } from "./util.js";
+import { advColor, csvCell, download, el, fetchJSON, fmt, inkOn, markOpen, plotlyConfig, readInitial, rgb, urls } from "./util.js";
 
 const init = readInitial();
 const $ = (id) => document.getElementById(id);
@@ -71,9 +71,10 @@ function render(g) {
       plotlyConfig(`group-${g.group}`),
     );
   } else {
-    $("fig-adv").textContent = `Plotly is not available (${urls.plotly}).`;
+    $("fig-adv").textContent = `Plotly is not available (${urls.plotlyBasic}).`;
   }
   document.body.dataset.ready = "1";
+  markOpen();
   renderCalls(eps);
 }
 

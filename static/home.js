@@ -1,6 +1,6 @@
 // Home: batches (search + source filter, state in the URL), episodes per batch, the newest training
 // runs, upload with drag and drop.
-import { ApiError, el, fetchJSON, fetchJSONPage, fmt, readInitial, urls } from "./util.js";
+import { ApiError, el, fetchJSON, fetchJSONPage, fmt, markOpen, readInitial, urls } from "./util.js";
 
 const init = readInitial();
 const $ = (id) => document.getElementById(id);
@@ -25,6 +25,7 @@ async function loadBatches() {
     const list = batchesOf(await fetchJSON(urls.apiBatches(qs)));
     renderBatches(list);
     document.body.dataset.ready = "1";
+    markOpen();
     status.textContent = list.length
       ? `${list.length} batch${list.length === 1 ? "" : "es"}${q ? ` matching “${q}”` : ""}.`
       : q || source

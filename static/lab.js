@@ -1,6 +1,6 @@
 // The λ lab pages: fetch the figure's JSON twin (same query string), show progress while the
 // server computes, then draw with Plotly. No inline scripts: state comes from #lab-state.
-import { el, fetchJSON, fmt, plotlyConfig, readInitial, urls } from "./util.js";
+import { el, fetchJSON, fmt, markOpen, plotlyConfig, readInitial, urls } from "./util.js";
 
 const state = readInitial("lab-state");
 const $ = (id) => document.getElementById(id);
@@ -29,7 +29,7 @@ function figure(id, title, note) {
 
 function plot(id, traces, layout, name) {
   if (!window.Plotly) {
-    $(id).textContent = `Plotly is not available (${urls.plotly}).`;
+    $(id).textContent = `Plotly is not available (${urls.plotlyBasic}).`;
     return;
   }
   const base = { margin: { l: 60, r: 20, t: 10, b: 50 }, legend: { orientation: "h", y: -0.25 }, hovermode: "closest" };
@@ -364,6 +364,7 @@ async function main() {
   const draw = DRAW[state.figure] || ((r) => $("lab-tables").append(el("pre", {}, JSON.stringify(r, null, 1))));
   draw(result);
   document.body.dataset.labReady = "1";
+  markOpen();
 }
 
 main();

@@ -62,6 +62,13 @@ export function queryString(pairs) {
 }
 
 /** The page's initial state from <script type="application/json" id="initial-state">. */
+/** Mark the page open, once: ``page:open`` one frame after its first screen is drawn, so the mark
+ * means "on screen" (bench/pages.py reads its time since the navigation started). */
+export function markOpen() {
+  if (performance.getEntriesByName("page:open").length) return;
+  requestAnimationFrame(() => setTimeout(() => performance.getEntriesByName("page:open").length || performance.mark("page:open"), 0));
+}
+
 export function readInitial(id = "initial-state") {
   const node = document.getElementById(id);
   return node ? JSON.parse(node.textContent) : {};

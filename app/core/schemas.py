@@ -194,6 +194,16 @@ class BatchEpisodeOut(BaseModel):
     rewarded: bool = True
 
 
+class AuditAvailability(BaseModel):
+    """Whether ``GET /api/batches/{id}/audit`` can answer: when not, its 409 / 413 ``code`` and
+    ``reason`` (the message it would answer), so a page never asks for a failing audit."""
+
+    possible: bool
+    code: str | None
+    reason: str | None
+    url: str
+
+
 class BatchOut(BatchSummaryOut):
     """GET /api/batches/{id}: the batch, one page of its episodes and its diagnostics.
 
@@ -203,6 +213,7 @@ class BatchOut(BatchSummaryOut):
     meta: dict[str, Any]
     episodes: list[BatchEpisodeOut]
     diagnostics: dict[str, Any]
+    audit: AuditAvailability
     total: int
     limit: int
     offset: int

@@ -100,6 +100,22 @@ def _cached(session: Session, batch: Batch) -> BatchAudit | None:
     return row
 
 
+def audit_blocker(session: Session, batch: Batch, settings: Settings) -> ApiError | None:
+    """Why the batch's audit cannot be computed, as the error :func:`batch_audit` would raise
+    (409 no advantages, 413 too large), or None when it can (or is cached). One aggregate query
+    over the batch's columns, no decoding: the batch API says it up front, so the page never
+    requests an audit it knows will fail."""
+    if _cached(session, batch) is not None:
+        return None
+    where = f"batch {batch.id}"
+    shape = _shape(session, batch.id)
+    if shape.n == 0 or shape.missing:
+        return no_advantages(shape.missing or 0, shape.n, shape.first_missing, where)
+    if shape.n * shape.t_max > settings.audit_max_cells:
+        return too_big(shape.n, shape.t_max, settings, where)
+    return None
+
+
 def batch_audit(session: Session, batch: Batch, settings: Settings) -> dict[str, Any]:
     """The batch's audit answer: from the cache, else computed, stored and returned.
 
@@ -107,12 +123,9 @@ def batch_audit(session: Session, batch: Batch, settings: Settings) -> dict[str,
     row = _cached(session, batch)
     if row is not None:
         return json_loads(row.result_json)
-    where = f"batch {batch.id}"
-    shape = _shape(session, batch.id)
-    if shape.n == 0 or shape.missing:
-        raise no_advantages(shape.missing or 0, shape.n, shape.first_missing, where)
-    if shape.n * shape.t_max > settings.audit_max_cells:
-        raise too_big(shape.n, shape.t_max, settings, where)
+    blocker = audit_blocker(session, batch, settings)
+    if blocker is not None:
+        raise blocker
     ids, slugs, arrays, all_turn_ids = _load(session, batch.id)
     t0 = time.perf_counter()
     body, refs = run_audit(arrays, turn_ids=all_turn_ids)

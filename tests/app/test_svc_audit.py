@@ -136,6 +136,14 @@ def test_batch_without_advantages_is_409_naming_the_field(client):
     assert err["code"] == "no_advantages" and err["field"] == "advantages"
     assert "`advantages`" in err["message"] and "verl_pt" in err["message"] and "nemo_rl" in err["message"]
     assert "none of its episodes" in err["message"]
+    # The batch answer says so up front, with the same message, so the page never asks.
+    audit = client.get(f"/api/batches/{bid}").json()["audit"]
+    assert audit == {
+        "possible": False,
+        "code": "no_advantages",
+        "reason": err["message"],
+        "url": f"/api/batches/{bid}/audit",
+    }
 
 
 def test_partly_missing_advantages_names_the_first_episode(client):
@@ -145,6 +153,10 @@ def test_partly_missing_advantages_names_the_first_episode(client):
     assert r.status_code == 409
     err = r.json()["error"]
     assert err["episode"] == 2 and "1 of its 3 episodes" in err["message"] and "episode 2" in err["message"]
+    bid = r.url.path.split("/")[3]
+    assert client.get(f"/api/batches/{bid}").json()["audit"]["reason"] == err["message"]
+    whole = upload(client, [with_adv, with_adv]).json()["batch_id"]
+    assert client.get(f"/api/batches/{whole}").json()["audit"]["possible"] is True
 
 
 def test_audit_of_an_unknown_batch_is_404(client):
@@ -158,6 +170,8 @@ def test_work_budget_is_413_saying_what_to_reduce(db_url):
         assert r.status_code == 413
         msg = r.json()["error"]["message"]
         assert "17 episodes" in msg and "CREDITLENS_AUDIT_MAX_CELLS" in msg and "fewer" in msg
+        audit = client.get(f"/api/batches/{up['batch_id']}").json()["audit"]
+        assert audit["possible"] is False and audit["code"] == "audit_too_large" and audit["reason"] == msg
 
 
 @pytest.mark.parametrize(

@@ -217,7 +217,7 @@ def test_pages_render_without_inline_scripts(client, figure):
     r = client.get(f"/lab/{figure}?seed=3" if figure in ("lambda", "recovery") else f"/lab/{figure}")
     assert r.status_code == 200
     html = r.text
-    assert "/vendor/plotly.min.js" in html and "/static/lab.js" in html
+    assert "/vendor/plotly-basic.min.js" in html and "/static/lab.js" in html  # every figure is basic
     # Every <script> is external or inert JSON: CSP script-src 'self' holds.
     for tag in re.findall(r"<script[^>]*>", html):
         assert "src=" in tag or 'type="application/json"' in tag, tag

@@ -14,6 +14,7 @@ from app.core.schemas import BatchOut, BatchSummaryOut, EpisodeSummary, ErrorOut
 from app.core.settings import Settings
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
+from app.storage.audits import audit_blocker
 from app.storage.batch_cache import batch_summary, cached_diagnostics
 from app.storage.batch_stats import compute_batch_diagnostics
 from app.storage.db import SessionDep
@@ -119,6 +120,14 @@ def get_batch(
         "whiten_vs_center": {**wvc, "episodes": wvc.get("episodes", [])[offset : offset + limit]},
     }
     body["diagnostics"] = diagnostics
+    # Whether GET .../audit can answer (the page asks only then): its 409/413 message otherwise.
+    blocker = audit_blocker(session, b, request.app.state.settings)
+    body["audit"] = {
+        "possible": blocker is None,
+        "code": None if blocker is None else blocker.code,
+        "reason": None if blocker is None else blocker.message,
+        "url": urls.api_audit(batch_ref(b)),
+    }
     body["total"] = total
     body["limit"] = limit
     body["offset"] = offset
