@@ -14,7 +14,7 @@ LOCK := requirements.lock
 LINT_DIRS := $(wildcard app estimators tests bench client)
 LOCK_VENV := .lock-venv
 
-.PHONY: install install-server run test bench lint typecheck lock fixtures clean
+.PHONY: install install-server run test bench bench-quick lint typecheck lock fixtures clean
 
 # The server and the client, nothing else: the client (client/) is its own distribution, `creditlens`.
 $(RUN_STAMP): pyproject.toml setup.py client/pyproject.toml estimators/_native.c estimators/_loss_native.c $(LOCK) Makefile
@@ -44,6 +44,9 @@ test: install
 
 bench: install
 	$(PY) -m bench
+
+bench-quick: install
+	$(PY) -m bench --quick
 
 lint: install
 	$(VENV)/bin/ruff check $(LINT_DIRS)

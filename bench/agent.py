@@ -26,6 +26,8 @@ import torch
 from estimators import EstimatorInput, compute
 
 B, K, L, TOOL, GROUP, STATES = 4096, 8, 512, 64, 8, 6
+ROUNDS = 5
+QUICK = {"B": 64, "L": 32, "TOOL": 8, "ROUNDS": 1}
 
 
 def batch(seed: int = 0) -> tuple[EstimatorInput, torch.Tensor]:
@@ -82,7 +84,7 @@ def _run() -> dict[str, Any]:
     params = {"gamma": 0.95, "omega": 1.0, "mode": "mean_std_norm"}
     ours_fn = lambda: compute("gigpo", inp, **params)  # noqa: E731
     res = ours_fn()  # warm-up
-    ours = _median(ours_fn, 5)
+    ours = _median(ours_fn, ROUNDS)
     out["gigpo.B4096_K8_L512.ours_s"] = round(ours, 4)
     path = os.environ.get("CREDITLENS_VERL_AGENT_GIGPO")
     if not path:

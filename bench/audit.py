@@ -13,6 +13,7 @@ import time
 import torch
 
 B, T = 512, 4096
+QUICK = {"B": 16, "T": 1024}
 
 
 def batch(seed: int = 0):

@@ -44,9 +44,9 @@ def _tensors(B: int, T: int):
 
     g = torch.Generator().manual_seed(0)
     attn = torch.ones(B, T, dtype=torch.long)
-    attn[:, -100:] = 0
+    attn[:, -min(100, T // 8) :] = 0
     policy = torch.zeros(B, T, dtype=torch.long)
-    policy[:, 512:] = 1
+    policy[:, T // 4 :] = 1
     out = {
         "token_ids": torch.randint(0, 150_000, (B, T), generator=g),
         "attention_mask": attn,
@@ -59,19 +59,22 @@ def _tensors(B: int, T: int):
     return out
 
 
+B, T, STEPS = 64, 2048, 20
+QUICK = {"B": 8, "T": 256, "STEPS": 2}
+
+
 def _client_overhead() -> dict:
     from creditlens import Client, _batch
 
     sock, release = _holding_server()
     port = sock.getsockname()[1]
-    B, T = 64, 2048
     data = _tensors(B, T)
     times = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         client = Client(f"http://127.0.0.1:{port}", create_timeout=0.2, max_queue=32, max_queue_bytes=1 << 32)
         run = client.run("bench")
-        for step in range(20):
+        for step in range(STEPS):
             t0 = time.perf_counter()
             run.log_tensors(step, **data)
             times.append(time.perf_counter() - t0)
@@ -98,11 +101,11 @@ def _client_overhead() -> dict:
     _batch.build(snap)
     build_tok_s = time.perf_counter() - t0
     return {
-        "client log_tensors [64, 2048], sender blocked: p50 s": round(statistics.median(times), 5),
-        "client log_tensors [64, 2048], sender blocked: max s": round(max(times), 5),
-        "client sender: build safetensors [64, 2048] s": round(build_s, 4),
-        "client sender: build with a byte-level tokenizer [64, 2048] s": round(build_tok_s, 4),
-        "client safetensors bytes [64, 2048]": len(body),
+        f"client log_tensors [{B}, {T}], sender blocked: p50 s": round(statistics.median(times), 5),
+        f"client log_tensors [{B}, {T}], sender blocked: max s": round(max(times), 5),
+        f"client sender: build safetensors [{B}, {T}] s": round(build_s, 4),
+        f"client sender: build with a byte-level tokenizer [{B}, {T}] s": round(build_tok_s, 4),
+        f"client safetensors bytes [{B}, {T}]": len(body),
     }
 
 

@@ -57,6 +57,12 @@ def _verl():
     return core_algos
 
 
+# Sizes: token-level GAE [B, T]; the outcome estimators [BG, TG]; timed rounds.
+B, T, BG, TG, ROUNDS = 256, 8192, 4096, 4096, 9
+COMPARE_VERL = True  # time verl's functions beside ours (importing verl takes seconds)
+QUICK = {"B": 8, "T": 512, "BG": 64, "TG": 256, "ROUNDS": 1, "COMPARE_VERL": False}
+
+
 def _interleaved(fns: dict, rounds: int) -> dict:
     """Median and best seconds of each fn, timed round-robin so load changes hit all alike."""
     for fn in fns.values():
@@ -73,10 +79,9 @@ def _interleaved(fns: dict, rounds: int) -> dict:
 def run() -> dict:
     torch.set_num_threads(2)
     out: dict = {"load_average_1min_at_start": round(os.getloadavg()[0], 2)}
-    B, T = 256, 8192
     rewards, values, mask = agent_batch(B, T)
     out["gae.policy_token_share"] = round(mask.float().mean().item(), 3)
-    verl = _verl()
+    verl = _verl() if COMPARE_VERL else None
 
     def torch_path():
         with native.disabled():
@@ -100,12 +105,12 @@ def run() -> dict:
     }
     # First with glibc's default malloc settings, then with the server's (app/malloc.py), which
     # stop freed output buffers from being handed back to the kernel and faulted in again.
-    t0 = _interleaved(fns, rounds=9)
+    t0 = _interleaved(fns, rounds=ROUNDS)
     for k in ("ours", "torch_path", "turn", "floor_clone"):
         out[f"gae.B256_T8192.default_malloc.{k}_s"] = round(t0[k][0], 4)
     out["gae.B256_T8192.default_malloc.ours_over_floor"] = round(t0["ours"][0] / t0["floor"][0], 2)
     out["malloc_tuned"] = tune_malloc()
-    t = _interleaved(fns, rounds=9)
+    t = _interleaved(fns, rounds=ROUNDS)
     # verl's loop takes seconds: time it in fewer rounds, interleaved with ours.
     if verl is not None:
         tv = _interleaved(
@@ -114,7 +119,7 @@ def run() -> dict:
                 "ours": fns["ours"],
                 "floor": fns["floor"],
             },
-            rounds=3,
+            rounds=max(1, ROUNDS // 3),
         )
     floor, ours = t["floor"][0], t["ours"][0]
     out["gae.B256_T8192.ours_s"] = round(ours, 4)
@@ -144,7 +149,7 @@ def run() -> dict:
     # every parallel op waits for its second thread to be scheduled; this shows how much of the
     # 2-thread time is that wait rather than work.
     torch.set_num_threads(1)
-    t1 = _interleaved({"floor": fns["floor"], "ours": fns["ours"]}, rounds=9)
+    t1 = _interleaved({"floor": fns["floor"], "ours": fns["ours"]}, rounds=ROUNDS)
     torch.set_num_threads(2)
     out["gae.B256_T8192.one_thread.ours_s"] = round(t1["ours"][0], 4)
     out["gae.B256_T8192.one_thread.copy_floor_s"] = round(t1["floor"][0], 4)
@@ -155,11 +160,13 @@ def run() -> dict:
     out["turn_gae.B256_T8192.ours_over_floor"] = round(t["turn"][0] / floor, 2)
 
     # Outcome estimators: B = 4096 in groups of 8.
-    Bg, Tg = 4096, 4096
+    Bg, Tg = BG, TG
     g = torch.Generator().manual_seed(1)
     scores = (torch.rand(Bg, generator=g) < 0.3).float()
     labels = torch.arange(Bg) // 8
-    ts = _interleaved({"grpo": lambda: grpo(scores, labels), "rloo": lambda: rloo(scores, labels)}, rounds=9)
+    ts = _interleaved(
+        {"grpo": lambda: grpo(scores, labels), "rloo": lambda: rloo(scores, labels)}, rounds=ROUNDS
+    )
     out["grpo.B4096.scores_only_ours_s"] = round(ts["grpo"][0], 5)
     out["rloo.B4096.scores_only_ours_s"] = round(ts["rloo"][0], 5)
     rmask = torch.zeros(Bg, Tg, dtype=torch.int64)
@@ -173,7 +180,7 @@ def run() -> dict:
     if verl is not None:
         fns["verl_grpo"] = lambda: verl.compute_grpo_vectorized_outcome_advantage(r_tok, rmask, idx)
         fns["verl_rloo"] = lambda: verl.compute_rloo_vectorized_outcome_advantage(r_tok, rmask, idx)
-    t = _interleaved(fns, rounds=5)
+    t = _interleaved(fns, rounds=max(1, ROUNDS // 2))
     for name in ("grpo", "rloo"):
         out[f"{name}.B4096_T4096.ours_s"] = round(t[name][0], 4)
         if verl is not None:

@@ -37,6 +37,11 @@ def _best(fn: Any, repeat: int = 3) -> tuple[float, float]:
     return best
 
 
+# Sizes: seeds x batch of the benchmark; seeds x batch of the sweeps.
+SEEDS, BATCH, SWEEP_SEEDS, SWEEP_BATCH = 30, 2000, 10, 1000
+QUICK = {"SEEDS": 2, "BATCH": 100, "SWEEP_SEEDS": 2, "SWEEP_BATCH": 100}
+
+
 def run() -> dict[str, Any]:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -46,15 +51,15 @@ def run() -> dict[str, Any]:
         benchmark(env, RECOVERY_ESTIMATORS, 2, 100)  # warm-up
         figures = {
             f"benchmark, recovery, 30 seeds x 2000, {len(RECOVERY_ESTIMATORS)} estimators": _best(
-                lambda: benchmark(env, RECOVERY_ESTIMATORS, 30, 2000)
+                lambda: benchmark(env, RECOVERY_ESTIMATORS, SEEDS, BATCH)
             ),
         }
         ests = ["oracle", "grpo", "rloo", "turn_loo", "gigpo", "verl_gae"]
         figures["delayed horizon sweep, H in 2..64 (6), 10 seeds x 1000, 6 estimators"] = _best(
-            lambda: delayed_horizon_sweep([2, 4, 8, 16, 32, 64], ests, 10, 1000), 1
+            lambda: delayed_horizon_sweep([2, 4, 8, 16, 32, 64], ests, SWEEP_SEEDS, SWEEP_BATCH), 1
         )
         figures["variable-horizon sweep, 9 stop probabilities, 10 seeds x 1000, 6 estimators"] = _best(
-            lambda: variable_horizon_sweep([i / 10 for i in range(1, 10)], ests, 10, 1000), 1
+            lambda: variable_horizon_sweep([i / 10 for i in range(1, 10)], ests, SWEEP_SEEDS, SWEEP_BATCH), 1
         )
         for name, (wall, cpu) in figures.items():
             out[f"{name}, s"] = round(wall, 3)

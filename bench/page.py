@@ -8,7 +8,7 @@ Chromium is missing the figures say so instead of failing the whole ``make bench
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import shutil
 import statistics
 import sys
@@ -22,32 +22,27 @@ sys.path.insert(0, str(ROOT / "tests" / "browser"))
 
 import browser_data as data  # noqa: E402
 from browser_util import upload  # noqa: E402
-from live_server import Server  # noqa: E402
 
+from bench._browser import chromium  # noqa: E402
+from bench._server import server  # noqa: E402
 
-def _suite_conftest():
-    """tests/conftest.py (the browser path and flags the suite uses), loaded by file: the name
-    ``conftest`` alone would find tests/browser/conftest.py."""
-    spec = importlib.util.spec_from_file_location("creditlens_tests_conftest", ROOT / "tests" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_conftest = _suite_conftest()
-CHROMIUM, CHROMIUM_ARGS = _conftest.CHROMIUM, _conftest.CHROMIUM_ARGS
+CHROMIUM, CHROMIUM_ARGS = chromium()
 
 REPEATS = 5
+LONG = 32_768  # tokens of the long episode
+AGENT_CALLS, AGENT_TOKENS = 400, 120_000  # the agent episode
+QUICK = {"REPEATS": 1, "LONG": 1024, "AGENT_CALLS": 10, "AGENT_TOKENS": 2000}
 AGENT_QUERY = "?scheme=outcome,token_gae,turn_gae,uploaded&signal=logprob,entropy,kl,ratio"
 
 
-def agent_episode(n_calls: int = 400, n_tokens: int = 120_000, seed: int = 0) -> dict:
+def agent_episode(n_calls: int | None = None, n_tokens: int | None = None, seed: int = 0) -> dict:
     """A 120k-token agent episode of 400 calls (policy then tool output, in random shares) with
     the trainer's advantages and every signal (logprobs, ref/rollout log-probs, entropy)."""
     import random
 
     rng = random.Random(seed)
+    n_calls = AGENT_CALLS if n_calls is None else n_calls
+    n_tokens = AGENT_TOKENS if n_tokens is None else n_tokens
     per = n_tokens // n_calls
     kinds: list[str] = []
     for _ in range(n_calls):
@@ -76,10 +71,11 @@ def run() -> dict:
     from playwright.sync_api import sync_playwright
 
     tmp = Path(tempfile.mkdtemp(prefix="creditlens-bench-page-"))
-    srv = Server(tmp / "bench.db", tmp / "server.log").start()
+    stack = contextlib.ExitStack()
+    srv = stack.enter_context(server(tmp, "bench"))
     out: dict = {}
     try:
-        slug = upload(srv.base, "long", [data.long_episode(32_768)])["episodes"][0]["slug"]
+        slug = upload(srv.base, "long", [data.long_episode(LONG)])["episodes"][0]["slug"]
         small = upload(srv.base, "warm-up", [data.handbuilt()])["episodes"][0]["slug"]
         agent = upload(srv.base, "agent", [agent_episode()])["episodes"][0]["slug"]
         with sync_playwright() as p:
@@ -116,7 +112,7 @@ def run() -> dict:
         out["episode_page_32k_median_s"] = round(statistics.median(times), 3)
         out["goal_episode_page_32k_under_2s"] = times[0] < 2.0
     finally:
-        srv.stop()
+        stack.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 

@@ -19,7 +19,6 @@ warm loads reuse the last one. Goal: a cold load opens in under 1 s.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import secrets
@@ -36,12 +35,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from live_server import Server  # noqa: E402
+from bench import _server  # noqa: E402
+from bench._browser import chromium  # noqa: E402
+from bench._server import server  # noqa: E402
 
 STEPS = 1_000
 EPISODES = 512
 REPEATS = 5
 COLD_BROWSERS = 3
+QUICK = {"STEPS": 5, "EPISODES": 8, "REPEATS": 1, "COLD_BROWSERS": 1}
 
 
 def _make_run(db: Path) -> int:
@@ -138,12 +140,9 @@ def _timed(fn) -> list[float]:
 
 
 def _browser(base: str, run_id: int) -> dict:
-    spec = importlib.util.spec_from_file_location("creditlens_tests_conftest", ROOT / "tests" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
-    if not Path(conftest.CHROMIUM).exists():
-        return {"run_page_browser_skipped": f"{conftest.CHROMIUM} is not installed"}
+    exe, args = chromium()
+    if not Path(exe).exists():
+        return {"run_page_browser_skipped": f"{exe} is not installed"}
     from playwright.sync_api import sync_playwright
 
     def load(page) -> tuple[float, float, float]:
@@ -163,9 +162,7 @@ def _browser(base: str, run_id: int) -> dict:
     with sync_playwright() as p:
         # A fresh browser per cold load: nothing cached, Plotly compiled from scratch.
         for i in range(COLD_BROWSERS):
-            browser = p.chromium.launch(
-                executable_path=conftest.CHROMIUM, headless=True, args=conftest.CHROMIUM_ARGS
-            )
+            browser = p.chromium.launch(executable_path=exe, headless=True, args=args)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.goto(f"{base}/healthz")
             cold.append(load(page))
@@ -190,10 +187,11 @@ def run() -> dict:
     out: dict = {}
     try:
         t0 = time.perf_counter()
-        run_id = _make_run(tmp / "bench.db")
+        # Into the database of the server that will read it (quick mode: the shared one).
+        run_id = _make_run(_server.SHARED.db_path if _server.SHARED else tmp / "bench.db")
         out["setup_1000_steps_x_512_episodes_s"] = round(time.perf_counter() - t0, 1)
         with (
-            Server(tmp / "bench.db", tmp / "server.log") as srv,
+            server(tmp, "bench") as srv,
             httpx.Client(base_url=srv.base, timeout=60) as http,
         ):
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import time
 
+# Sizes: tasks x attempts sampled, Monte Carlo rollouts, critic fit steps.
+TASKS_N, PER_TASK, ROLLOUTS, CRITIC_STEPS = 20, 8, 16, 80
+QUICK = {"TASKS_N": 3, "PER_TASK": 4, "ROLLOUTS": 2, "CRITIC_STEPS": 2}
+
 
 def run() -> dict:
     from app.sim import truth
@@ -22,7 +26,7 @@ def run() -> dict:
     out["exact_values_20_tasks_s"] = round(time.perf_counter() - t, 4)
 
     t = time.perf_counter()
-    eps = sample_batch(20, 8, seed=DEMO_SEED)
+    eps = sample_batch(TASKS_N, PER_TASK, seed=DEMO_SEED)
     dt = time.perf_counter() - t
     n_tok = sum(len(e.tokens) for e in eps)
     out["sample_20x8_s"] = round(dt, 3)
@@ -30,13 +34,11 @@ def run() -> dict:
     out["mean_tokens_per_episode"] = round(n_tok / len(eps), 1)
 
     d = sim_diagnostics(eps)
-    out["demo_pass_rate"] = round(d["pass_rate"], 3)
-    out["demo_zero_variance_share"] = round(d["zero_variance_share"], 3)
-    out["demo_useless_credit_share"] = round(d["useless_credit_share"], 3)
-    out["demo_mean_calls"] = round(d["mean_calls"], 2)
+    for key in ("pass_rate", "zero_variance_share", "useless_credit_share", "mean_calls"):
+        out[f"demo_{key}"] = None if d[key] is None else round(d[key], 3)  # None: nothing to share
 
     t = time.perf_counter()
-    mc = with_mc_turn_values(eps, PolicyParams(), 16, seed=DEMO_SEED)
+    mc = with_mc_turn_values(eps, PolicyParams(), ROLLOUTS, seed=DEMO_SEED)
     out["mc_turn_values_16_rollouts_s"] = round(time.perf_counter() - t, 3)
     errs = [
         abs(a - b)
@@ -45,9 +47,9 @@ def run() -> dict:
     ]
     out["mc16_mean_abs_error_vs_exact"] = round(sum(errs) / len(errs), 4)
 
-    fresh = sample_batch(20, 8, seed=DEMO_SEED + 1_000_003)
+    fresh = sample_batch(TASKS_N, PER_TASK, seed=DEMO_SEED + 1_000_003)
     t = time.perf_counter()
-    model, losses = fit_critic(eps, seed=DEMO_SEED)
+    model, losses = fit_critic(eps, steps=CRITIC_STEPS, seed=DEMO_SEED)
     out["critic_fit_80_steps_s"] = round(time.perf_counter() - t, 2)
     rep = critic_report(model, eps, fresh, losses)
     out["critic_ev_train"] = rep["explained_variance_train"]
