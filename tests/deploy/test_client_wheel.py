@@ -1,7 +1,10 @@
 """The client installs next to any trainer: its wheel, installed alone in a fresh venv, brings httpx
 (and what httpx needs), numpy and safetensors, nothing else; neither the server's packages (app,
 estimators) nor torch are importable there; and from that venv a run's step reaches a real server
-(started from the server's environment), as does ``python -m creditlens upload``."""
+(started from the server's environment), as does ``python -m creditlens upload``.
+
+The venv's interpreter is ``$CREDITLENS_TEST_CLIENT_PYTHON`` when set (e.g. a Python 3.10, the
+oldest the client supports), else the one running the tests."""
 
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ from pathlib import Path
 import httpx
 import pytest
 from live_server import Server
-from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,11 +28,11 @@ def _name(n: str) -> str:
     return re.sub(r"[-_.]+", "-", n).lower()
 
 
-def closure(report: dict, start: str) -> set[str]:
+def closure(report: dict, start: str, env: dict[str, str]) -> set[str]:
     """The packages ``start`` pulls in, by the requirements in pip's install report (extras and
-    requirements whose markers do not hold for this interpreter left out), ``start`` included."""
+    requirements whose markers do not hold in ``env`` left out), ``start`` included."""
     meta = {_name(i["metadata"]["name"]): i["metadata"] for i in report["install"]}
-    env = {**default_environment(), "extra": ""}
+    env = {**env, "extra": ""}
     seen, todo = set(), [_name(start)]
     while todo:
         name = todo.pop()
@@ -69,8 +71,22 @@ def test_the_client_wheel_alone_brings_httpx_numpy_safetensors_and_logs_to_a_rea
     )
     (wheel,) = (tmp_path / "w").glob("creditlens-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    base = os.environ.get("CREDITLENS_TEST_CLIENT_PYTHON") or sys.executable
+    subprocess.run([base, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
+    # The markers of the venv's interpreter (pip's own copy of packaging: nothing else is there yet).
+    markers = json.loads(
+        subprocess.run(
+            [
+                py,
+                "-c",
+                "import json; from pip._vendor.packaging.markers import default_environment as d; print(json.dumps(d()))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
 
     def pip(*args: str) -> subprocess.CompletedProcess:
         res = subprocess.run([py, "-m", "pip", *args], cwd=tmp_path, env=env, capture_output=True, text=True)
@@ -80,8 +96,8 @@ def test_the_client_wheel_alone_brings_httpx_numpy_safetensors_and_logs_to_a_rea
     pip("install", "-q", "--dry-run", "--report", str(tmp_path / "report.json"), str(wheel))
     report = json.loads((tmp_path / "report.json").read_text())
     names = {_name(i["metadata"]["name"]) for i in report["install"]}
-    assert closure(report, "creditlens") == names
-    assert names - closure(report, "httpx") == {"creditlens", "numpy", "safetensors"}, sorted(names)
+    assert closure(report, "creditlens", markers) == names
+    assert names - closure(report, "httpx", markers) == {"creditlens", "numpy", "safetensors"}, sorted(names)
     assert "torch" not in names and "creditlens-server" not in names
     pip("install", "-q", str(wheel))
 
