@@ -57,10 +57,12 @@ def data(srv):
         hidden = c.post("/api/uploads", content=_eps(), params={"visibility": "unlisted"}).json()
         run = c.post("/api/runs", json={"name": "sekrit-run"}).json()
         assert c.post(f"/api/runs/{run['id']}/steps/0", content=_eps()).status_code == 201
+        other = c.post("/api/runs", json={"name": "sekrit-run-2"}).json()  # for /api/runs/compare
         job = c.post("/api/samples", params={"async": "true"}, json={"n_tasks": 1, "n_per_task": 2})
         assert job.status_code == 202, job.text
         schema = c.get("/openapi.json")
         assert schema.status_code == 200
+        key = c.get(f"/api/runs/{run['id']}/prompts").json()[0]["key"]
     up = up.json()
     return {
         "slug": up["episodes"][0]["slug"],
@@ -72,6 +74,8 @@ def data(srv):
         "job_id": job.json()["job_id"],
         "figure": "lambda",
         "schema": schema.json(),
+        "key": key,
+        "other_run_id": other["id"],
     }
 
 
@@ -96,6 +100,8 @@ PAGES = [
     "/b/{batch_id}/g/{group}",
     "/r/{run_id}",
     "/r/{run_id}/preview.png",
+    "/r/{run_id}/prompts/{key}",
+    "/r/compare",
     "/talk",
     "/talk/{step}",
     "/lab",
@@ -162,6 +168,8 @@ def test_every_api_get_works_with_the_token(srv, data):
             url = _fill(path, data)
             for token in (READ, WRITE):  # the write token reads too
                 params = {"scheme": "grpo"} if path.endswith("/advantages") else None  # no critic values
+                if path.endswith("/compare"):
+                    params = {"runs": f"{data['run_id']},{data['other_run_id']}"}
                 r = c.get(url, params=params, headers={"authorization": f"Bearer {token}"})
                 assert r.status_code == 200, (url, r.status_code, r.text[:300])
         # Listed and found with the token (and the unlisted one still not listed).

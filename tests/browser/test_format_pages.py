@@ -29,7 +29,7 @@ CASES = {
         },
         0,
         "",
-        ["outcome", "token_gae", "turn_gae"],
+        ["outcome", "returns"],
     ),
     "atropos": (
         lambda: {
@@ -38,13 +38,13 @@ CASES = {
         },
         3,
         "?signal=logprob,kl,token_scores,token_weights",
-        ["outcome", "token_gae", "turn_gae", "logprob", "kl", "token_scores", "token_weights"],
+        ["outcome", "returns", "logprob", "kl", "token_scores", "token_weights"],
     ),
     "verifiers": (
         lambda: {"file": ("results.jsonl", (FORMATS / "verifiers/math_python_results.jsonl").read_bytes())},
         0,
         "",
-        ["outcome", "token_gae", "turn_gae"],
+        ["outcome", "returns"],
     ),
     "verl_actor": (
         lambda: {"file": ("micro_batch_0.pt", (FORMATS / "verl_actor/micro_batch_0.pt").read_bytes())},
