@@ -33,10 +33,22 @@ def _open(page, url: str) -> None:
 
 
 def test_lambda_page_computes_then_hits_the_cache(server, page):
-    page.goto(f"{server}/lab/lambda?seed=7&episodes=20000")
-    # While the server computes, the page says so.
-    page.wait_for_selector(".lab-spinner", timeout=5_000)
-    assert "Computing" in page.inner_text("#lab-status")
+    # The figure's JSON request is held until the page has been looked at, so the progress
+    # indicator is seen however fast the server computes (no race with a quick machine).
+    held = []
+
+    def hold(route):
+        held.append(route)
+
+    page.route("**/api/lab/**", hold)
+    try:
+        page.goto(f"{server}/lab/lambda?seed=7&episodes=20000")
+        page.wait_for_selector(".lab-spinner", timeout=5_000)
+        assert "Computing" in page.inner_text("#lab-status")
+        assert len(held) == 1 and "episodes=20000" in held[0].request.url
+        held[0].continue_()
+    finally:
+        page.unroute("**/api/lab/**")
     page.wait_for_selector("body[data-lab-ready='1']", timeout=60_000)
     assert page.inner_text("#lab-status").startswith("Computed in")
     assert (
