@@ -180,6 +180,63 @@ def episode_loss_weights(
     return w[0].numpy() * factor, states[0].numpy()
 
 
+# TokenState bits whose zero weight counts as removed by clipping (PPO's clip, dual clip, verl's
+# stability clamp, Clip-Cov) or by rollout-correction masking (IcePop).
+CLIP_BITS = 1 | 2 | 4 | 32 | 64
+MASK_BITS = 16
+
+
+@dataclass(frozen=True)
+class Removed:
+    """One episode's |A| mass on policy tokens, the part whose weight is 0 by clipping and by
+    masking, its policy tokens and sum |w| (the weights it was computed with)."""
+
+    length: int
+    abs_advantage: float
+    abs_clipped: float
+    abs_masked: float
+    abs_weight: float
+
+
+def removed(advantages: np.ndarray, policy: np.ndarray, w: np.ndarray, states: np.ndarray) -> Removed:
+    """The :class:`Removed` of one episode's weights ``w`` and TokenState flags ``states``: a
+    policy token with A != 0 and w == 0 is clipped when a clip bit is set, else masked when the
+    IcePop bit is."""
+    a = np.abs(np.where(policy, np.nan_to_num(advantages), 0.0))
+    zero = policy & (a != 0) & (w == 0)
+    clipped = zero & ((states & CLIP_BITS) != 0)
+    masked = zero & ~clipped & ((states & MASK_BITS) != 0)
+    return Removed(
+        int(policy.sum()),
+        float(a.sum()),
+        float(a[clipped].sum()),
+        float(a[masked].sum()),
+        float(np.abs(np.where(policy, w, 0.0)).sum()),
+    )
+
+
+# A run step's clipping metric (app/core/metrics.py): verl's vanilla PPO in bypass mode, per token.
+STEP_CLIP = LossParams(agg="token-sum", bypass=True)
+
+
+def episode_removed(
+    advantages: np.ndarray, policy: np.ndarray, logprobs: np.ndarray, rollout_logprobs: np.ndarray
+) -> Removed:
+    """One episode's |A| removed by clipping (:data:`STEP_CLIP`, the ratio exp(logprobs -
+    rollout_logprobs)) and by masking (token-level IcePop with the window
+    :data:`app.core.metrics.STEP_LOSS_ICEPOP`); ``abs_weight`` of the clipping weights (per token,
+    ``token-sum``: the aggregation's constant factor left out)."""
+    from app.core.metrics import STEP_LOSS_ICEPOP
+
+    policy = np.asarray(policy, dtype=bool)
+    w, st = episode_loss_weights(advantages, policy, logprobs, rollout_logprobs, STEP_CLIP, None)
+    clip = removed(advantages, policy, w, st)
+    mask_params = LossParams(agg="token-sum", rollout_is="token", rollout_is_threshold=STEP_LOSS_ICEPOP)
+    w2, st2 = episode_loss_weights(advantages, policy, logprobs, rollout_logprobs, mask_params, None)
+    mask = removed(advantages, policy, w2, st2)
+    return Removed(clip.length, clip.abs_advantage, clip.abs_clipped, mask.abs_masked, clip.abs_weight)
+
+
 def marks(states: np.ndarray, zeroing_only: bool = False) -> list[dict[str, Any]]:
     """Finding-style marks (code, severity info, message, positions) for the flagged tokens."""
     out = []

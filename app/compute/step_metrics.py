@@ -13,6 +13,11 @@ them, one episode at a time. The per-token summaries, on policy tokens:
 * ``mean_entropy``: the per-token entropy;
 * ``mean_kl``: ``logprob - ref_logprob`` (the k1 estimate of KL to the reference policy);
 * ``mean_log_ratio`` / ``max_abs_log_ratio``: ``logprob - rollout_logprob``;
+* ``clip_fraction`` / ``masked_fraction`` / ``length_bias_slope``: with the trainer's advantages,
+  ``logprobs`` and ``rollout_logprobs``, the share of |A| whose loss weight is 0 by PPO clipping
+  (verl's vanilla loss in bypass mode: the ratio is training / rollout) and by token-level IcePop
+  masking, and the slope of the per-token weight against the response length
+  (:func:`app.compute.loss_view.episode_removed`, :func:`app.core.metrics.length_bias_slope`);
 * ``explained_variance``: with V the uploaded values and G the undiscounted return-to-go of the
   effective rewards over the episode's policy tokens.
 
@@ -87,6 +92,10 @@ class StepMetrics:
         # episode index -> (effect of each call, policy tokens of each call) for passing episodes
         # with meta.calls (a failing one gets no positive credit).
         self.calls: dict[int, tuple[list[str], np.ndarray]] = {}
+        # The loss metrics: sum |A| on policy tokens, clipped, masked; per episode (L, y).
+        self.loss_abs = np.zeros(3)
+        self.loss_len: list[float] = []
+        self.loss_y: list[float] = []
 
     def add(self, row: dict, ep: Any = None) -> None:
         # Per-token fields (``SIGNAL_FIELDS`` and the rest) come from the store row (bytes) when the
@@ -123,6 +132,8 @@ class StepMetrics:
                 self.max_abs_log_ratio = (
                     m if self.max_abs_log_ratio is None else max(m, self.max_abs_log_ratio)
                 )
+        if adv is not None and logp is not None and signals["rollout_logprobs"] is not None:
+            self._add_loss(adv, policy, logp, signals["rollout_logprobs"])
         values = _array(row, ep, "values", n)
         if values is not None:
             rewards = _array(row, ep, "rewards", n)
@@ -133,6 +144,15 @@ class StepMetrics:
         meta_json = row.get("meta_json") or ""
         if '"calls"' in meta_json and row["passed"]:
             self._add_calls(i, row, policy, meta_json)
+
+    def _add_loss(self, adv: np.ndarray, policy: np.ndarray, logp: np.ndarray, rollout: np.ndarray) -> None:
+        from app.compute import loss_view as lv  # torch: imported only when a step carries log-probs
+
+        r = lv.episode_removed(adv, policy, logp, rollout)
+        self.loss_abs += (r.abs_advantage, r.abs_clipped, r.abs_masked)
+        if r.length > 0 and r.abs_advantage > 0:
+            self.loss_len.append(float(r.length))
+            self.loss_y.append(r.abs_weight / r.abs_advantage)
 
     def _add_calls(self, i: int, row: dict, policy: np.ndarray, meta_json: str) -> None:
         calls = json_loads(meta_json).get("calls")
@@ -171,6 +191,9 @@ class StepMetrics:
             "max_abs_log_ratio": self.max_abs_log_ratio,
             "explained_variance": metrics.explained_variance_from_sums(*(float(x) for x in self.ev)),
             "useless_credit_share": self._useless_credit(scores, passed),
+            "clip_fraction": metrics.removed_share(self.loss_abs[1], self.loss_abs[0]),
+            "masked_fraction": metrics.removed_share(self.loss_abs[2], self.loss_abs[0]),
+            "length_bias_slope": metrics.length_bias_slope(self.loss_len, self.loss_y),
         }
 
     def _useless_credit(self, scores: np.ndarray, passed: np.ndarray) -> float | None:

@@ -64,7 +64,14 @@ FIGURES = (
     Figure("audit", "Audit: error findings in the trainer's advantages"),
     Figure("critic", "Critic: explained variance of the returns"),
     Figure("credit", "Useless-credit share"),
+    Figure("loss-removed", "Share of |A| the policy loss removes (training vs rollout log-probs)"),
+    Figure("length-bias", "Length bias of the per-token loss weight"),
 )
+
+# The policy loss a run step's loss metrics are computed under (app/compute/loss_view.py,
+# estimators.loss_weights): verl 0.9.1's vanilla PPO (clip 0.2, dual clip 3), per token; clipping
+# with the training / rollout ratio (verl's bypass mode), masking by token-level IcePop.
+STEP_LOSS_ICEPOP = "0.5_2"
 
 METRICS_LIST = (
     Metric("pass_rate", "pass rate", "share", "outcome", "share of episodes that pass (domain.passed)"),
@@ -172,6 +179,35 @@ METRICS_LIST = (
         "share of the positive RLOO outcome credit of passing episodes landing on calls that did "
         "not help (domain.useless_credit_share)",
         legend="on calls that did not help",
+    ),
+    Metric(
+        "clip_fraction",
+        "|A| removed by PPO clipping",
+        "share",
+        "loss-removed",
+        "share of the policy tokens' |A| whose weight PPO's clipping sets to 0 when the ratio is "
+        "exp(logprob - rollout_logprob) (verl 0.9.1 vanilla loss in bypass mode, clip_ratio 0.2, "
+        "clip_ratio_c 3): sum |A| over the clipped tokens / sum |A| over policy tokens",
+        legend="clipped (bypass PPO, eps 0.2)",
+    ),
+    Metric(
+        "masked_fraction",
+        "|A| removed by rollout-correction masking",
+        "share",
+        "loss-removed",
+        "share of the policy tokens' |A| whose weight token-level IcePop masking sets to 0 (the "
+        "rollout-correction weight exp(logprob - rollout_logprob) outside [0.5, 2])",
+        legend="masked (token IcePop 0.5_2)",
+    ),
+    Metric(
+        "length_bias_slope",
+        "length-bias slope",
+        "number",
+        "length-bias",
+        "least-squares slope of y_i / mean(y) against L_i / mean(L) over the episodes with L_i > 0 "
+        "policy tokens and sum |A| > 0, y_i = sum |w| / sum |A| over episode i's policy tokens (its "
+        "per-token loss weight per unit |A|; the bypass PPO weights of clip_fraction); 0: no length "
+        "bias, -1: weight falling like 1 / L (seq-mean-token-mean)",
     ),
 )
 
@@ -380,3 +416,29 @@ def explained_variance_from_sums(n: float, sg: float, sg2: float, sd: float, sd2
     if var_g <= 1e-12 * max(1.0, sg2 / n):
         return None
     return float(1 - max(var_d, 0.0) / var_g)
+
+
+def removed_share(abs_removed: float, abs_total: float) -> float | None:
+    """Share of the policy tokens' |A| mass whose loss weight is 0 (clipped or masked): ``sum |A|
+    over the removed tokens / sum |A| over policy tokens``; None when there is no |A| at all."""
+    return float(abs_removed / abs_total) if abs_total > 0 else None
+
+
+def length_bias_slope(
+    lengths: Sequence[float] | np.ndarray, per_token: Sequence[float] | np.ndarray
+) -> float | None:
+    """The least-squares slope of ``per_token / mean(per_token)`` against ``lengths / mean(lengths)``
+    ([B] each; pass only episodes with a length > 0 and some |A|): scale-free, so any aggregation's
+    constant factor cancels. 0 when the per-token weight does not depend on the length; about -1
+    when it falls like 1 / L around the mean length. None for fewer than 2 episodes, equal lengths
+    or no weight at all."""
+    x = np.asarray(lengths, dtype=np.float64)
+    y = np.asarray(per_token, dtype=np.float64)
+    if len(x) < 2 or x.mean() <= 0 or y.mean() <= 0:
+        return None
+    x, y = x / x.mean(), y / y.mean()
+    dx = x - x.mean()
+    var = float((dx * dx).sum())
+    if var <= 1e-12 * len(x):
+        return None
+    return float((dx * (y - y.mean())).sum() / var)

@@ -251,6 +251,12 @@ def hand_batch() -> tuple[bytes, dict]:
         "explained_variance": ev,
         # e0 passes with RLOO advantage 1 - 0 = 1: credit 2 on the decisive edit, 1 on the read.
         "useless_credit_share": 1 / 3,
+        # Bypass PPO on e1's log-ratio +0.2 with A = -1 (the pessimistic side) and e3's -0.3 with
+        # A = 0: nothing clipped or masked (tests/app/test_svc_loss_metrics.py checks both).
+        "clip_fraction": 0.0,
+        "masked_fraction": 0.0,
+        # e0 and e1 (the episodes with |A|) both have 3 policy tokens: no slope.
+        "length_bias_slope": None,
     }
     return body, expected
 
@@ -267,7 +273,7 @@ def test_metrics_of_a_hand_computed_step_are_stored_at_ingest(client):
     assert got.pop("audit_errors") == audit["n_errors"]
     assert set(got) == set(expected)
     for name, want in expected.items():
-        assert got[name] == pytest.approx(want, abs=1e-12), name
+        assert got[name] == (None if want is None else pytest.approx(want, abs=1e-12)), name
     assert 0 < expected["explained_variance"] < 1  # a real check, not the degenerate 0 or 1
     api = client.get(f"/api/runs/{run['id']}").json()["steps"][0]["metrics"]
     assert api == {**got, "audit_errors": audit["n_errors"]}
