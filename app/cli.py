@@ -140,9 +140,10 @@ def compute_file(
     arrays = [arrays_from_native(ep) for ep in parsed.episodes]
     groups = [a.group for a in arrays]
     scores = np.array([a.score for a in arrays])
+    rewarded = np.array([a.rewarded for a in arrays], dtype=bool)
     out = []
     for i, a in enumerate(arrays):
-        ctx = BatchContext(groups=groups, scores=scores, index=i, _arrays=arrays)
+        ctx = BatchContext(groups=groups, scores=scores, index=i, _arrays=arrays, rewarded=rewarded)
         payload = episode_advantages(
             a, ctx, schemes=schemes, gamma=gamma, lam=lam, baseline=baseline, critic=critic
         )

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from app.compute import loss_view as lv
-from app.compute.batch import BatchContext
+from app.compute.batch import BatchContext, rewarded_only
 from app.compute.inputs import episode_inputs
 from app.compute.params import parse_schemes, validate_params
 from app.compute.refusals import check_budget, run_estimator
@@ -121,12 +121,14 @@ def registry_row(q: RowContext, spec: EstimatorSpec) -> Row:
             q.ctx.check_batch_budget(
                 name, "Pick a scheme that reads only scores (outcome, rloo, grpo, ...) or split the batch."
             )
-            inp = padded_batch(q.ctx.arrays(), spec, critic=q.critic, gamma=q.gamma, lam=q.lam)
-            adv = run_estimator(name, inp).advantages[q.ctx.index, :T].numpy()
+            arrays, row = rewarded_only(q.ctx.arrays(), q.ctx.index)
+            inp = padded_batch(arrays, spec, critic=q.critic, gamma=q.gamma, lam=q.lam)
+            adv = run_estimator(name, inp).advantages[row, :T].numpy()
     elif "groups" in spec.reads:
         # It compares the episode with its group (and the group's turns): the group's rows give
         # the same numbers as the whole batch.
-        members, row = q.ctx.group_arrays(name)
+        # Members without a reward are left out (their score of 0 is not an outcome).
+        members, row = rewarded_only(*q.ctx.group_arrays(name))
         res = run_estimator(name, padded_batch(members, spec, critic=q.critic, gamma=q.gamma, lam=q.lam))
         adv = res.advantages[row, :T].numpy()
         extras = turn_extras(res.extras, row, q.ep, q.as_numpy) or None

@@ -47,6 +47,9 @@ class BatchContext:
     gids: np.ndarray | None = None
     memo: dict[str, np.ndarray] | None = None
     max_cells: int = 0
+    # [B] bool: the episode was uploaded with a reward (app.core.domain.rewarded); None: all were.
+    # The others are left out of every baseline: their score of 0 is not an outcome.
+    rewarded: np.ndarray | None = None
 
     def check_batch_budget(self, name: str, reduce: str) -> None:
         """413 (WorkBudgetError) when scheme ``name`` on the whole padded batch would hold more
@@ -107,7 +110,7 @@ class BatchContext:
         memo = self.memo if self.memo is not None else {}
         if name not in memo:
             lengths = self.policy_lengths() if "lengths" in spec.reads else None
-            memo[name] = summary_advantages(name, self.scores, self.group_ids(), lengths)
+            memo[name] = summary_advantages(name, self.scores, self.group_ids(), lengths, self.rewarded)
             self.memo = memo
         return float(memo[name][self.index])
 
@@ -124,6 +127,7 @@ class BatchSummary:
     n_tokens: np.ndarray
     gids: np.ndarray
     memo: dict[str, np.ndarray] = field(default_factory=dict)
+    rewarded: np.ndarray | None = None  # [B] bool (see BatchContext.rewarded)
 
     def context(self, slug: str, **kw: Any) -> BatchContext | None:
         """The BatchContext of episode ``slug`` (None if it is not in this batch)."""
@@ -138,13 +142,14 @@ class BatchSummary:
             n_tokens=self.n_tokens,
             gids=self.gids,
             memo=self.memo,
+            rewarded=self.rewarded,
             **kw,
         )
 
     def advantages(self, name: str) -> np.ndarray:
         """[B] outcome advantages of registry scheme ``name`` (one that reads only summaries), memoised."""
         if name not in self.memo:
-            self.memo[name] = summary_advantages(name, self.scores, self.gids, self.lengths)
+            self.memo[name] = summary_advantages(name, self.scores, self.gids, self.lengths, self.rewarded)
         return self.memo[name]
 
     def members(self, group: str) -> list[int]:
@@ -159,15 +164,28 @@ class BatchSummary:
 
 
 def summary_advantages(
-    name: str, scores: np.ndarray, gids: np.ndarray, lengths: np.ndarray | None = None
+    name: str,
+    scores: np.ndarray,
+    gids: np.ndarray,
+    lengths: np.ndarray | None = None,
+    rewarded: np.ndarray | None = None,
 ) -> np.ndarray:
     """[B] per-episode outcome advantages of registry scheme ``name`` (an outcome estimator that
     reads only summaries: scores, groups and, if it reads them, ``lengths`` policy tokens per
     episode) from [B] columns: the registry call on [B, 1] rows of scores. Equal to the estimator
-    on the padded [B, T_max] batch (tests/app/test_svc_memory.py) at O(B) memory."""
+    on the padded [B, T_max] batch (tests/app/test_svc_memory.py) at O(B) memory. ``rewarded`` [B]
+    bool: only those episodes enter the statistics (the others get 0; their rows are shown null)."""
     spec = get(name)
     if not spec.from_summaries:
         raise KeyError(f"scheme {name!r} reads {', '.join(spec.reads)}: more than per-episode summaries")
+    if rewarded is not None and not bool(np.all(rewarded)):
+        keep = np.flatnonzero(rewarded)
+        out = np.zeros(len(scores), dtype=np.float64)
+        if len(keep):
+            sub_g = np.unique(np.asarray(gids)[keep], return_inverse=True)[1]
+            sub_l = None if lengths is None else np.asarray(lengths)[keep]
+            out[keep] = summary_advantages(name, np.asarray(scores)[keep], sub_g, sub_l)
+        return out
     s = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float64))[:, None]
     L = None
     if "lengths" in spec.reads:
@@ -177,6 +195,15 @@ def summary_advantages(
     g = torch.from_numpy(np.ascontiguousarray(gids, dtype=np.int64))
     inp = EstimatorInput(rewards=s, mask=torch.ones_like(s), groups=g, lengths=L)
     return run_estimator(name, inp).advantages[:, 0].numpy()
+
+
+def rewarded_only(arrays: list[EpisodeArrays], row: int) -> tuple[list[EpisodeArrays], int]:
+    """The members with a reward (BatchContext.rewarded) and ``row``'s index among them; all of
+    them when ``row`` itself has none (its advantages are not shown)."""
+    if not arrays[row].rewarded or all(a.rewarded for a in arrays):
+        return arrays, row
+    keep = [i for i, a in enumerate(arrays) if a.rewarded]
+    return [arrays[i] for i in keep], keep.index(row)
 
 
 def outcome_advantages(name: str, scores: np.ndarray, groups: Sequence[str | None]) -> np.ndarray:

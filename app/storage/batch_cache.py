@@ -21,6 +21,7 @@ from sqlmodel import Session, col, select
 from app.compute.batch import BatchSummary
 from app.core import domain
 from app.core.settings import Settings
+from app.storage.episodes import column
 from app.storage.models import Batch, Episode
 
 
@@ -30,6 +31,7 @@ class _Cols(NamedTuple):
     score: float
     n_policy: int
     n_tokens: int
+    rewarded: bool
 
 
 class LRU:
@@ -86,7 +88,7 @@ def batch_summary(session: Session, batch: Batch, settings: Settings) -> BatchSu
     if hit is not None:
         return hit
     stmt = (
-        select(*(getattr(Episode, n) for n in _Cols._fields))
+        select(*(column(n) for n in _Cols._fields))
         .where(Episode.batch_id == batch.id)
         .order_by(col(Episode.position))
     )
@@ -99,6 +101,7 @@ def batch_summary(session: Session, batch: Batch, settings: Settings) -> BatchSu
         lengths=np.array([r.n_policy for r in rows], dtype=np.int64),
         n_tokens=np.array([r.n_tokens for r in rows], dtype=np.int64),
         gids=domain.group_ids(groups),
+        rewarded=np.array([bool(r.rewarded) for r in rows], dtype=bool),
     )
     # Only a complete state is cached: a delete between reading the batch row and its episodes
     # gives fewer rows than n_episodes, and that answer must not be reused.

@@ -103,3 +103,52 @@ def test_no_policy_message_and_bad_message_are_422(client):
     err = r.json()["error"]
     assert r.status_code == 422 and (err["line"], err["episode"], err["field"]) == (2, 2, "conversation[1]")
     assert row_counts(client) == (0, 0)
+
+
+def _first(payload: dict, row: int = 0):
+    """The row's value on the first policy token (None: null everywhere)."""
+    return next((a for a in payload["schemes"][row]["advantages"] if a is not None), None)
+
+
+def test_an_episode_without_reward_is_left_out_of_its_groups_baseline(client):
+    # Group "mul": rewards 1, 0 and none. RLOO over the two rewarded ones: 1 - 0 = +1 and
+    # 0 - 1 = -1 (counting the unrewarded one as 0 would give 1 - (0 + 0)/2 = 0.5 and -0.5).
+    doc = [
+        _conv("42", task_id="mul", reward=1.0),
+        _conv("41", task_id="mul", reward=0.0),
+        _conv("?", task_id="mul"),
+    ]
+    _, eps = stored(client, "convs.json", json.dumps(doc))
+    got = []
+    for ep in eps:
+        r = client.get(
+            f"/api/episodes/{ep['slug']}/advantages", params={"scheme": "outcome", "baseline": "rloo"}
+        )
+        got.append(_first(r.json()))
+    assert got == [1.0, -1.0, None]
+
+
+def test_grpo_group_of_four_with_one_null_reward_uses_the_three_rewarded(client):
+    # Rewards 1, 0, 1 and none. By hand over the three rewarded: mean 2/3, unbiased std
+    # sqrt(((1/3)^2 + (2/3)^2 + (1/3)^2) / 2) = sqrt(1/3); GRPO (score - mean) / (std + 1e-6):
+    # +(1/3)/sqrt(1/3) = +0.57735, -(2/3)/sqrt(1/3) = -1.15470. Counting the null one as 0 would
+    # give mean 1/2, std sqrt(1/3) and +-0.86603.
+    doc = [
+        _conv("42", task_id="mul", reward=1.0),
+        _conv("41", task_id="mul", reward=0.0),
+        _conv("42", task_id="mul", reward=1.0),
+        _conv("?", task_id="mul"),
+    ]
+    batch, eps = stored(client, "convs.json", json.dumps(doc))
+    assert [e["rewarded"] for e in batch["episodes"]] == [True, True, True, False]
+    assert batch["episodes"][3]["reward"] is None
+    std = (1 / 3) ** 0.5 + 1e-6
+    want = [(1 / 3) / std, -(2 / 3) / std, (1 / 3) / std]
+    for params in ({"scheme": "outcome", "baseline": "grpo"}, {"scheme": "grpo"}):
+        got = []
+        for ep in eps:
+            body = client.get(f"/api/episodes/{ep['slug']}/advantages", params=params).json()
+            got.append((_first(body), body["rewarded"]))
+        assert [g[1] for g in got] == [True, True, True, False]
+        assert got[3][0] is None  # no advantage for the episode without a reward
+        assert [round(g[0], 5) for g in got[:3]] == [round(w, 5) for w in want] == [0.57735, -1.1547, 0.57735]

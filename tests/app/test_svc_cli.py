@@ -221,3 +221,21 @@ def test_the_clients_upload_command_posts_to_the_servers_upload_route():
     from creditlens import upload
 
     assert upload.API_UPLOADS == urls.API_UPLOADS
+
+
+def test_compute_offline_leaves_an_episode_without_reward_out_of_the_baselines(tmp_path):
+    # One group: rewards 1, 0, 1 and null. GRPO over the three rewarded (by hand): mean 2/3,
+    # unbiased std sqrt(1/3), so (1 - 2/3) / sqrt(1/3) = +0.57735 and -(2/3) / sqrt(1/3) = -1.1547;
+    # the null one has no advantage (its 0 counted would give +-0.86603).
+    lines = [
+        {"tokens": ["Q", "a"], "kinds": ["prompt", "policy"], "reward": r, "group": "g"}
+        for r in (1.0, 0.0, 1.0, None)
+    ]
+    src = tmp_path / "null.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = run("compute", str(src), "--scheme", "outcome", "--baseline", "grpo")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(s) for s in r.stdout.strip().splitlines()]
+    firsts = [row["schemes"][0]["advantages"][1] for row in rows]
+    assert [row["rewarded"] for row in rows] == [True, True, True, False]
+    assert [round(a, 5) for a in firsts[:3]] == [0.57735, -1.1547, 0.57735] and firsts[3] is None
