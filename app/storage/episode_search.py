@@ -1,8 +1,9 @@
 """Searching a run's kept episodes: ``GET /api/runs/{id}/episodes?sort=&limit=&offset=&FIELD__OP=v``.
 
-The fields are columns stored at ingest (app/compute/episode_fields.py; ``step``, ``group``,
-``reward``, ``passed`` and ``n_tokens`` are the episode's own), so a search is one indexed query
-and never decodes an array. Operators: ``eq``, ``ne``, ``gt``, ``lt`` on numbers; ``eq``, ``ne``,
+The fields are stored at ingest in the narrow ``episode_search`` table (app/storage/models.py;
+computed by app/compute/episode_fields.py; ``step``, ``group``, ``reward``, ``passed`` and
+``n_tokens`` copied from the episode), so a search is one indexed query that never reads an
+episode's arrays. Operators: ``eq``, ``ne``, ``gt``, ``lt`` on numbers; ``eq``, ``ne``,
 ``contains`` on texts (``group``); ``eq``, ``ne`` on ``passed``; ``findings`` is the number of
 audit findings naming the episode for ``eq``/``ne``/``gt``/``lt`` and sorting, and its finding
 codes for ``contains``. ``FIELD=value`` means ``FIELD__eq=value``. Every parameter that is not
@@ -19,7 +20,7 @@ from sqlalchemy import and_, func, select
 from sqlmodel import Session, col
 
 from app.core.errors import ApiError
-from app.storage.models import Batch, Episode
+from app.storage.models import Batch, EpisodeSearch
 from app.storage.store import LIKE_ESCAPE, like_escape
 
 NUMBER_OPS = ("eq", "ne", "gt", "lt")
@@ -37,17 +38,17 @@ class Field:
 
 
 FIELDS: dict[str, Field] = {
-    "step": Field(Episode.step, "int", NUMBER_OPS),
-    "group": Field(Episode.group, "text", TEXT_OPS),
-    "reward": Field(Episode.reward, "float", NUMBER_OPS),
-    "passed": Field(Episode.passed, "bool", ("eq", "ne")),
-    "n_tokens": Field(Episode.n_tokens, "int", NUMBER_OPS),
-    "n_tool_tokens": Field(Episode.n_tool_tokens, "int", NUMBER_OPS),
-    "max_abs_adv": Field(Episode.max_abs_adv, "float", NUMBER_OPS),
-    "nonpolicy_abs_adv_share": Field(Episode.nonpolicy_abs_adv_share, "float", NUMBER_OPS),
-    "max_ratio": Field(Episode.max_ratio, "float", NUMBER_OPS),
-    "mean_entropy": Field(Episode.mean_entropy, "float", NUMBER_OPS),
-    "findings": Field(Episode.n_findings, "findings", (*NUMBER_OPS, "contains")),
+    "step": Field(EpisodeSearch.step, "int", NUMBER_OPS),
+    "group": Field(EpisodeSearch.group, "text", TEXT_OPS),
+    "reward": Field(EpisodeSearch.reward, "float", NUMBER_OPS),
+    "passed": Field(EpisodeSearch.passed, "bool", ("eq", "ne")),
+    "n_tokens": Field(EpisodeSearch.n_tokens, "int", NUMBER_OPS),
+    "n_tool_tokens": Field(EpisodeSearch.n_tool_tokens, "int", NUMBER_OPS),
+    "max_abs_adv": Field(EpisodeSearch.max_abs_adv, "float", NUMBER_OPS),
+    "nonpolicy_abs_adv_share": Field(EpisodeSearch.nonpolicy_abs_adv_share, "float", NUMBER_OPS),
+    "max_ratio": Field(EpisodeSearch.max_ratio, "float", NUMBER_OPS),
+    "mean_entropy": Field(EpisodeSearch.mean_entropy, "float", NUMBER_OPS),
+    "findings": Field(EpisodeSearch.n_findings, "findings", (*NUMBER_OPS, "contains")),
 }
 
 
@@ -93,7 +94,9 @@ def _condition(param: str, raw: str):
         raise _bad(param, f"parameter `{param}`: field `{name}` takes the operators {', '.join(field.ops)}.")
     value = _value(param, field, op, raw)
     column = (
-        col(Episode.finding_codes) if field.kind == "findings" and op == "contains" else col(field.column)
+        col(EpisodeSearch.finding_codes)
+        if field.kind == "findings" and op == "contains"
+        else col(field.column)
     )
     if op == "contains":
         return func.lower(column).like("%" + like_escape(value.lower()) + "%", escape=LIKE_ESCAPE)
@@ -106,7 +109,7 @@ def _condition(param: str, raw: str):
 
 def _order(sort: str | None):
     if not sort:
-        return [col(Episode.step), col(Episode.position), col(Episode.id)]
+        return [col(EpisodeSearch.step), col(EpisodeSearch.position)]
     name = sort[1:] if sort.startswith("-") else sort
     field = FIELDS.get(name)
     if field is None:
@@ -115,7 +118,7 @@ def _order(sort: str | None):
         )
     c = col(field.column)
     # Episodes without the value last, in both directions and on every database.
-    return [c.is_(None), c.desc() if sort.startswith("-") else c.asc(), col(Episode.id)]
+    return [c.is_(None), c.desc() if sort.startswith("-") else c.asc(), col(EpisodeSearch.episode_id)]
 
 
 def _int_param(params: dict[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -161,7 +164,7 @@ def search(session: Session, run_id: int, params: list[tuple[str, str]]) -> Sear
     """One page of the run's kept episodes matching every filter in ``params`` (the query string's
     pairs), sorted; ApiError 422 naming the first parameter that is not understood."""
     seen: dict[str, str] = {}
-    conditions = [col(Episode.run_id) == run_id]
+    conditions = [col(EpisodeSearch.run_id) == run_id]
     for name, raw in params:
         if name in RESERVED:
             if name in seen:
@@ -173,21 +176,26 @@ def search(session: Session, run_id: int, params: list[tuple[str, str]]) -> Sear
     offset = _int_param(seen, "offset", 0, 0, 2**31 - 1)
     order = _order(seen.get("sort"))
     where = and_(*conditions)
-    total = session.execute(select(func.count()).select_from(Episode).where(where)).scalar_one()
+    total = session.execute(select(func.count()).select_from(EpisodeSearch).where(where)).scalar_one()
+    # The page first, then its batches' refs: a join before the sort and the limit would look up
+    # the batch of every matching episode.
     stmt = (
-        select(*(getattr(Episode, c) for c in COLUMNS), Batch.visibility, Batch.slug)
-        .join(Batch, col(Batch.id) == col(Episode.batch_id))
+        select(*(getattr(EpisodeSearch, c) for c in COLUMNS))
         .where(where)
         .order_by(*order)
         .offset(offset)
         .limit(limit)
     )
-    rows = []
-    for r in session.execute(stmt).all():
-        row = dict(zip(COLUMNS, r[: len(COLUMNS)], strict=True))
-        visibility, batch_slug = r[len(COLUMNS) :]
-        row["batch_ref"] = batch_slug if visibility == "unlisted" and batch_slug else row["batch_id"]
+    rows = [dict(zip(COLUMNS, r, strict=True)) for r in session.execute(stmt).all()]
+    batch_ids = sorted({r["batch_id"] for r in rows})
+    refs = {
+        b: (slug if visibility == "unlisted" and slug else b)
+        for b, visibility, slug in session.execute(
+            select(Batch.id, Batch.visibility, Batch.slug).where(col(Batch.id).in_(batch_ids))
+        ).all()
+    }
+    for row in rows:
+        row["batch_ref"] = refs.get(row["batch_id"], row["batch_id"])
         codes = row.pop("finding_codes")
         row["findings"] = codes.split() if codes else []
-        rows.append(row)
     return SearchPage(rows=rows, total=int(total), limit=limit, offset=offset)

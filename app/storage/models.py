@@ -13,15 +13,17 @@ An episode's per-token arrays live in its own row, never one row per token:
 
 Per-episode summaries (``score``, ``reward``, ``passed``, ``n_tokens``, ``group``, ``task``) are
 columns so batch diagnostics and group baselines never need to decode the arrays. A run step's
-episodes also carry ``run_id``, ``step`` and the search fields of ``GET /api/runs/{id}/episodes``
-(migration 0009), computed at ingest (app/compute/episode_fields.py).
+kept episodes also have a row in ``episode_search`` (migration 0011): the fields of
+``GET /api/runs/{id}/episodes``, computed at ingest (app/compute/episode_fields.py), in a narrow
+table of their own, so a search never reads past an episode's arrays (SQLite stores a row's
+columns in order, and reading one after a large array walks the array's overflow pages).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, Column, Index, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -90,11 +92,6 @@ class Episode(SQLModel, table=True):
     """One multi-turn episode with its per-token arrays stored compactly (see module docstring)."""
 
     __tablename__ = "episode"
-    __table_args__ = (
-        Index("ix_episode_run_step", "run_id", "step"),
-        Index("ix_episode_run_max_abs_adv", "run_id", "max_abs_adv"),
-        Index("ix_episode_run_reward", "run_id", "reward"),
-    )
 
     id: int | None = Field(default=None, primary_key=True)
     slug: str = Field(index=True, unique=True, max_length=64)
@@ -125,17 +122,43 @@ class Episode(SQLModel, table=True):
     entropy: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     token_ids: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     meta_json: str = Field(default="{}", sa_column=Column(Text, nullable=False))
-    # Added by migration 0009: a run step's episodes, and their search fields
-    # (app/compute/episode_fields.py).
-    run_id: int | None = None
-    step: int | None = None
-    n_tool_tokens: int | None = None
+
+
+class EpisodeSearch(SQLModel, table=True):
+    """A run step's kept episode as ``GET /api/runs/{id}/episodes`` searches it (migration 0011):
+    the episode's own summary columns copied beside the fields computed at ingest
+    (app/compute/episode_fields.py). Goes with its episode (ON DELETE CASCADE)."""
+
+    __tablename__ = "episode_search"
+    __table_args__ = (
+        Index("ix_episode_search_run_step", "run_id", "step", "position"),
+        Index("ix_episode_search_run_max_abs_adv", "run_id", "max_abs_adv"),
+        Index("ix_episode_search_run_reward", "run_id", "reward"),
+    )
+
+    episode_id: int = Field(
+        sa_column=Column(
+            Integer, ForeignKey("episode.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+        )
+    )
+    run_id: int = Field(sa_column=Column(Integer, ForeignKey("run.id", ondelete="CASCADE"), nullable=False))
+    step: int
+    position: int
+    batch_id: int = Field(
+        sa_column=Column(Integer, ForeignKey("batch.id", ondelete="CASCADE"), nullable=False)
+    )
+    slug: str = Field(max_length=64)
+    group: str | None = Field(default=None, max_length=512)
+    reward: float | None = None
+    passed: bool = False
+    n_tokens: int = 0
+    n_tool_tokens: int = 0
     max_abs_adv: float | None = None
     nonpolicy_abs_adv_share: float | None = None
     max_ratio: float | None = None
     mean_entropy: float | None = None
-    n_findings: int | None = None
-    finding_codes: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    n_findings: int = 0
+    finding_codes: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
 
 
 class Job(SQLModel, table=True):

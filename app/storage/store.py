@@ -21,7 +21,7 @@ from sqlalchemy import func, insert, or_
 from sqlalchemy.orm.exc import ObjectDeletedError, StaleDataError
 from sqlmodel import Session, col, select
 
-from app.compute.episode_fields import add_findings, episode_fields
+from app.compute.episode_fields import EpisodeFields, add_findings, episode_fields
 from app.compute.prompts import PromptStep, prompt_steps
 from app.compute.retention import choose
 from app.compute.step_audit import StepAudit, kept_audit, step_audit
@@ -37,7 +37,7 @@ from app.core.settings import Settings
 from app.core.validate import prepare_episode, text_column
 from app.storage.audit_models import BatchAudit, EpisodeAudit
 from app.storage.db import writing
-from app.storage.models import Batch, BatchStats, Episode
+from app.storage.models import Batch, BatchStats, Episode, EpisodeSearch
 from app.storage.prompt_models import PromptStepRow, RunPrompt
 
 T = TypeVar("T")
@@ -187,8 +187,6 @@ def create_batch_streaming(
     if audit is not None:
         add_findings(fields, audit.body["findings"])
         result[AUDIT_ERRORS] = sum(1 for f in audit.body["findings"] if f["severity"] == "error")
-    for row, f in zip(rows, fields, strict=True):
-        row.update(f.columns(), run_id=run_id, step=step)
     kept = None
     if keep is not None and len(rows) > keep:
         kept = choose(
@@ -210,6 +208,7 @@ def create_batch_streaming(
         kept=kept,
         audit=audit,
         prompts=prompts,
+        fields=fields,
         run_id=run_id,
         step=step,
         metrics_json=json_dumps(result),
@@ -227,13 +226,15 @@ def _store_rows(
     kept: list[int] | None = None,
     audit: StepAudit | None = None,
     prompts: list[PromptStep] | None = None,
+    fields: list[EpisodeFields] | None = None,
     **columns,
 ) -> CreatedBatch:
     """Write a batch and its prepared episode rows in one transaction. ``columns``: more batch
     columns (a run step's ``run_id``, ``step``, ``metrics_json``, ``n_episodes_seen``). ``kept``:
     the indices of the rows to store (None: all; the diagnostics still describe all of them);
     ``audit``: the step's audit over all of them, stored for the kept ones; ``prompts``: the step's
-    prompt history rows (app/compute/prompts.py)."""
+    prompt history rows (app/compute/prompts.py); ``fields``: every row's search fields, stored
+    for the kept ones (``episode_search``)."""
     from app.storage.batch_stats import diagnostics_of_rows
 
     delete_token = secrets.token_urlsafe(24)
@@ -245,6 +246,7 @@ def _store_rows(
     n_seen = len(rows)
     kept = list(range(n_seen)) if kept is None else kept
     rows = [rows[i] for i in kept]
+    fields = None if fields is None else [fields[i] for i in kept]
     slugs = [row["slug"] for row in rows]
     stored = 0
     if audit is not None:
@@ -284,6 +286,8 @@ def _store_rows(
                 _insert_audit(session, batch.id, len(rows), audit, audit_body, [ids[s] for s in slugs], refs)
             if prompts:
                 _insert_prompts(session, batch, prompts)
+            if fields is not None:
+                _insert_search(session, batch, rows, fields, ids)
             session.commit()
         except Exception:
             session.rollback()
@@ -320,6 +324,31 @@ def _insert_audit(
     session.execute(
         insert(EpisodeAudit),
         [{"episode_id": i, "batch_id": batch_id, "reference": r} for i, r in zip(ids, refs, strict=True)],
+    )
+
+
+def _insert_search(
+    session: Session, batch: Batch, rows: list[dict], fields: list[EpisodeFields], ids: dict[str, int]
+) -> None:
+    """The kept episodes' search rows (``episode_search``), in the batch's transaction."""
+    session.execute(
+        insert(EpisodeSearch),
+        [
+            {
+                "episode_id": ids[row["slug"]],
+                "run_id": batch.run_id,
+                "step": batch.step,
+                "position": row["position"],
+                "batch_id": batch.id,
+                "slug": row["slug"],
+                "group": row["group"],
+                "reward": row["reward"],
+                "passed": row["passed"],
+                "n_tokens": row["n_tokens"],
+                **f.columns(),
+            }
+            for row, f in zip(rows, fields, strict=True)
+        ],
     )
 
 

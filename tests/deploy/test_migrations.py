@@ -23,6 +23,7 @@ TABLES = {
     "batch_stats",
     "run_prompt",
     "prompt_step",
+    "episode_search",
 }
 
 
@@ -82,3 +83,60 @@ def test_database_made_before_migrations_is_adopted(tmp_path):
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name FROM batch")).scalar_one() == "kept"
         assert conn.execute(text("SELECT COUNT(*) FROM alembic_version")).scalar_one() == 1
+
+
+def test_search_fields_move_to_episode_search_and_nothing_else_is_lost(tmp_path):
+    """0011 moves the search fields 0009 put on episode into episode_search: a step stored at 0010
+    keeps its search row, and the rows that reference its episodes (its audit) survive the move."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'm.db'}")
+    import_models()
+    upgrade(engine, "0010")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO run (id, name, config_json, created_at) "
+                "VALUES (1, 'r', '{}', '2026-01-01 00:00:00')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO batch (id, name, source, created_at, n_episodes, meta_json, run_id, step) "
+                "VALUES (1, 'r step 3', 'run', '2026-01-01 00:00:00', 1, '{}', 1, 3)"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO episode (id, slug, batch_id, position, n_tokens, n_policy, n_turns, score, "
+                'passed, truncated, tokens_json, kinds, meta_json, "group", reward, run_id, step, '
+                "n_tool_tokens, max_abs_adv, nonpolicy_abs_adv_share, max_ratio, mean_entropy, "
+                "n_findings, finding_codes) VALUES (7, 'e7', 1, 0, 5, 3, 1, 1.0, 1, 0, '[]', x'00', "
+                "'{}', 'g', 1.0, 1, 3, 2, 0.5, 0.25, 1.5, 0.75, 1, 'E_CODE')"
+            )
+        )
+        conn.execute(
+            text("INSERT INTO episode_audit (episode_id, batch_id, reference) VALUES (7, 1, 'grpo')")
+        )
+    upgrade(engine)
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT * FROM episode_search")).mappings().one()
+        assert conn.execute(text("SELECT COUNT(*) FROM episode_audit")).scalar_one() == 1
+    assert dict(row) == {
+        "episode_id": 7,
+        "run_id": 1,
+        "step": 3,
+        "position": 0,
+        "batch_id": 1,
+        "slug": "e7",
+        "group": "g",
+        "reward": 1.0,
+        "passed": 1,
+        "n_tokens": 5,
+        "n_tool_tokens": 2,
+        "max_abs_adv": 0.5,
+        "nonpolicy_abs_adv_share": 0.25,
+        "max_ratio": 1.5,
+        "mean_entropy": 0.75,
+        "n_findings": 1,
+        "finding_codes": "E_CODE",
+    }
+    assert "max_abs_adv" not in {c["name"] for c in inspect(engine).get_columns("episode")}

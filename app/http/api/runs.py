@@ -230,7 +230,7 @@ def _prompt_out(run_ref, p: dict) -> dict:
 def get_run_prompts(
     session: SessionDep,
     run_id: str = RunId,
-    limit: int = Query(100, ge=1, le=PROMPTS_PAGE_MAX, description="prompts per page"),
+    limit: int = Query(20, ge=1, le=PROMPTS_PAGE_MAX, description="prompts per page"),
     offset: int = Query(0, ge=0, le=2**31 - 1, description="prompts skipped (the most often seen first)"),
 ):
     """Each prompt (keyed by its tokens, not a trainer's per-step ids) with, per step it was in, its
