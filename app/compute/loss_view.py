@@ -259,3 +259,50 @@ def call_shares(
     per = np.bincount(turn_ids[idx], weights=np.abs(weights[idx]), minlength=K)
     for t in turns:
         t["loss_share"] = float(per[t["turn"]] / total) if total > 0 else 0.0
+
+
+def batch_loss(
+    episodes: list[tuple[str, str | None, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]],
+    params: LossParams,
+) -> dict[str, Any]:
+    """GET /api/batches/{id}/loss: per episode (slug, group, advantages [T], policy [T] bool,
+    logprobs, rollout_logprobs) its policy length, ``weight_sum`` (sum of w over its tokens) and
+    ``weight_per_abs_advantage`` (sum |w| / sum |A| over its policy tokens: its per-token weight
+    per unit advantage, which shows an aggregation's length bias), and over the batch the shares
+    of |A| removed by clipping and by rollout-correction masking and the length-bias slope."""
+    from app.core import metrics
+
+    lengths = np.array([int(e[3].sum()) for e in episodes], dtype=np.int64)
+    horizon = max((len(e[3]) for e in episodes), default=1)
+    has_lp = bool(episodes) and all(e[4] is not None for e in episodes)
+    rows, tot = [], np.zeros(3)
+    xs, ys = [], []
+    for slug, group, adv, policy, lp, rlp in episodes:
+        w, st = episode_loss_weights(adv, policy, lp if has_lp else None, rlp, params, lengths, horizon)
+        r = removed(adv, policy, w, st)
+        tot += (r.abs_advantage, r.abs_clipped, r.abs_masked)
+        y = r.abs_weight / r.abs_advantage if r.abs_advantage > 0 else None
+        if r.length > 0 and y is not None:
+            xs.append(float(r.length))
+            ys.append(y)
+        rows.append(
+            {
+                "slug": slug,
+                "group": group,
+                "length": r.length,
+                "weight_sum": float(np.where(policy, w, 0.0).sum()),
+                "weight_per_abs_advantage": y,
+            }
+        )
+    return {
+        **params.as_dict(),
+        "has_logprobs": has_lp,
+        "ratio_from": "logprobs" if has_lp else "none (ratio 1: nothing clips)",
+        "plotted": "weight_per_abs_advantage: sum |w| / sum |A| over each episode's policy tokens "
+        "(its per-token loss weight per unit advantage) against its policy length",
+        "episodes": rows,
+        "abs_advantage": float(tot[0]),
+        "clipped_share": metrics.removed_share(tot[1], tot[0]),
+        "masked_share": metrics.removed_share(tot[2], tot[0]),
+        "length_bias_slope": metrics.length_bias_slope(xs, ys),
+    }

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import numpy as np
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from sqlmodel import col, func, select
 
+from app.compute import loss_view as lv
 from app.compute.diagnostics import GROUP_DETAIL_BASELINES, group_detail
-from app.core import urls
-from app.core.arrays import json_loads
-from app.core.errors import not_found
+from app.compute.refusals import check_budget
+from app.core import domain, urls
+from app.core.arrays import F64, decode, json_loads
+from app.core.errors import ApiError, not_found
 from app.core.schemas import BatchOut, BatchSummaryOut, EpisodeSummary, ErrorOut, GroupOut
 from app.core.settings import Settings
 from app.http.api._json import json_response
@@ -19,7 +23,7 @@ from app.storage.batch_cache import batch_summary, cached_diagnostics
 from app.storage.batch_stats import compute_batch_diagnostics
 from app.storage.db import SessionDep
 from app.storage.episodes import batch_summaries, group_summaries
-from app.storage.models import Batch, BatchStats
+from app.storage.models import Batch, BatchStats, Episode
 from app.storage.store import batch_by_ref_or_404, batch_ref, delete_batch, list_batches
 from app.storage.store import get_batch as get_batch_row
 
@@ -133,6 +137,61 @@ def get_batch(
     body["offset"] = offset
     body["next"] = urls.api_batch(batch_id, limit, offset + limit) if offset + limit < total else None
     return json_response(body)
+
+
+@router.get(
+    "/api/batches/{batch_id}/loss",
+    responses={**ERRORS, 409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
+    summary="Per-episode loss weight vs length and the |A| removed by clipping and masking",
+)
+def get_batch_loss(
+    request: Request,
+    session: SessionDep,
+    batch_id: str = BatchRef,
+    loss: str = Query("vanilla", description="policy loss: " + ", ".join(lv.LOSSES)),
+    agg: str = Query("token-mean", description="loss aggregation: " + ", ".join(lv.AGGS)),
+    rollout_is: str = Query("none", description="rollout correction: none, token, sequence"),
+    rollout_is_threshold: str = Query("2", description="a number (TIS) or lo_hi (IcePop)"),
+    bypass: bool = Query(False, description="old_log_prob = rollout_logprobs (verl's bypass mode)"),
+):
+    params = lv.parse(loss, agg, rollout_is, rollout_is_threshold, bypass)
+    b = batch_by_ref_or_404(session, batch_id)
+    cols = ("slug", "group", "kinds", "advantages", "logprobs", "rollout_logprobs")
+    n_cells = session.execute(select(func.sum(Episode.n_tokens)).where(Episode.batch_id == b.id)).scalar_one()
+    check_budget(
+        int(n_cells or 0) * 8,
+        request.app.state.settings.max_compute_cells,
+        f"the loss view of this {b.n_episodes}-episode batch",
+        "Upload a smaller batch.",
+    )
+    stmt = (
+        select(*(getattr(Episode, c) for c in cols))
+        .where(Episode.batch_id == b.id)
+        .order_by(col(Episode.position))
+    )
+    eps = []
+    for r in session.execute(stmt):
+        row = dict(zip(cols, r, strict=True))
+        adv = decode(row["advantages"], F64)
+        if adv is None:
+            raise ApiError(
+                409,
+                "no_advantages",
+                f"episode {row['slug']} has no uploaded `advantages`: the loss view weighs the trainer's own.",
+                field="advantages",
+            )
+        policy = decode(row["kinds"], np.dtype(np.uint8)) == domain.POLICY
+        eps.append(
+            (
+                row["slug"],
+                row["group"],
+                adv,
+                policy,
+                decode(row["logprobs"], F64),
+                decode(row["rollout_logprobs"], F64),
+            )
+        )
+    return json_response(lv.batch_loss(eps, params))
 
 
 @router.get(
