@@ -305,6 +305,68 @@ function pageURL(offset) {
   return offset > 0 ? `${init.api}?${new URLSearchParams({ offset: String(offset) })}` : init.api;
 }
 
+// The loss view: the same URL parameters as the episode page's loss_weights row (verl's defaults).
+const LOSS_KEYS = ["loss", "agg", "rollout_is", "rollout_is_threshold"];
+const LOSS_DEFAULTS = { loss: "vanilla", agg: "token-mean", rollout_is: "none", rollout_is_threshold: "2" };
+
+function lossParams() {
+  const q = new URLSearchParams(location.search);
+  const p = {};
+  for (const k of LOSS_KEYS) p[k] = q.get(k) || LOSS_DEFAULTS[k];
+  p.bypass = q.get("bypass") === "1";
+  return p;
+}
+
+function writeLossParams(p) {
+  const q = new URLSearchParams(location.search);
+  for (const k of LOSS_KEYS) {
+    if (p[k] === LOSS_DEFAULTS[k]) q.delete(k);
+    else q.set(k, p[k]);
+  }
+  if (p.bypass) q.set("bypass", "1");
+  else q.delete("bypass");
+  history.replaceState(null, "", `${location.pathname}${q.toString() ? "?" + q : ""}`);
+}
+
+export function removedText(v) {
+  const share = (x) => (x === null || x === undefined ? "—" : `${(100 * x).toFixed(1)}%`);
+  const parts = [`Clipping removes ${share(v.clipped_share)} of the |A| on policy tokens; rollout-correction masking removes ${share(v.masked_share)}.`];
+  if (!v.has_logprobs) parts.push("This batch has no log-probs: every ratio is 1, so nothing clips or is masked; the aggregation's length bias is still shown.");
+  if (v.length_bias_slope !== null && v.length_bias_slope !== undefined) parts.push(`Length-bias slope ${fmt(v.length_bias_slope)} (0: none; −1: weight ∝ 1/length).`);
+  return parts.join(" ");
+}
+
+function loadLoss(b) {
+  const p = lossParams();
+  for (const k of LOSS_KEYS) $(`loss-${k}`).value = p[k];
+  $("loss-bypass").checked = p.bypass;
+  if (b.audit && b.audit.code === "no_advantages") {
+    // The batch API already says the trainer's advantages are missing: the loss view would 409.
+    $("loss-removed").textContent = `Nothing to weigh: ${b.audit.reason}`;
+    $("loss-box").dataset.ready = "1";
+    return Promise.resolve();
+  }
+  const q = new URLSearchParams({ ...Object.fromEntries(LOSS_KEYS.map((k) => [k, p[k]])), bypass: p.bypass ? "true" : "false" });
+  return fetchJSON(`${init.api}/loss?${q}`)
+    .then((v) => {
+      $("loss-removed").textContent = removedText(v);
+      $("loss-plotted").textContent = `Per-token loss weight per unit |A| (Σ|w| / Σ|A| over each episode's policy tokens) against response length, ${v.loss} × ${v.agg}`;
+      const eps = v.episodes.filter((e) => e.weight_per_abs_advantage !== null);
+      plot(
+        "fig-loss",
+        [{ type: "scatter", mode: "markers", x: eps.map((e) => e.length), y: eps.map((e) => e.weight_per_abs_advantage), customdata: eps.map((e) => e.slug), marker: { color: POS }, hovertemplate: "%{customdata}<br>length %{x}<br>weight per |A| %{y:.3g}<extra></extra>" }],
+        { xaxis: { title: { text: "response length (policy tokens)" } }, yaxis: { title: { text: "Σ|w| / Σ|A|" }, rangemode: "tozero", exponentformat: "e" } },
+        `batch-${b.id}-loss`,
+      );
+    })
+    .catch((err) => {
+      $("loss-removed").textContent = err.describe ? err.describe() : String(err);
+    })
+    .finally(() => {
+      $("loss-box").dataset.ready = "1";
+    });
+}
+
 let batch = null;
 function load(offset, first) {
   return fetchJSON(pageURL(offset))
@@ -314,6 +376,7 @@ function load(offset, first) {
         $("ep-filter").value = (init.view && init.view.q) || "";
         render(b);
         loadAudit(b.ref ?? b.id, b.audit);
+        loadLoss(b);
       } else {
         figWhiten("fig-whiten", b); // its per-episode bars follow the page
         renderEpisodes(b);
@@ -332,6 +395,15 @@ if ($("b-name")) load(startOffset, true);
 $("ep-prev")?.addEventListener("click", () => batch && load(Math.max(0, batch.offset - batch.limit), false));
 $("ep-next")?.addEventListener("click", () => batch && batch.next && load(batch.offset + batch.limit, false));
 $("ep-filter")?.addEventListener("input", () => batch && renderEpisodes(batch));
+$("loss-form")?.addEventListener("change", () => {
+  if (!batch) return;
+  const p = {};
+  for (const k of LOSS_KEYS) p[k] = $(`loss-${k}`).value.trim() || LOSS_DEFAULTS[k];
+  p.bypass = $("loss-bypass").checked;
+  writeLossParams(p);
+  $("loss-box").dataset.ready = "";
+  loadLoss(batch);
+});
 $("b-name") && $("csv-btn").addEventListener("click", () => {
   if (!batch) return;
   const lines = ["slug,task,group,reward,n_tokens"];
