@@ -76,6 +76,14 @@ HYPOTHESES: tuple[Hypothesis, ...] = (
         "and bootstraps from the critic's values on tool output",
     ),
     Hypothesis(
+        "mask",
+        "response_recursion",
+        "policy",
+        "gae_through_tool_spans",
+        "the GAE recursion steps over every response token, tool spans included (bootstrapping from the "
+        "critic's values on tool output), while whitening and the loss use the policy mask (verl before PR #2337)",
+    ),
+    Hypothesis(
         "reward_at",
         "row_end",
         "last_policy",
@@ -199,7 +207,9 @@ def returns_reset_at_gaps(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor
 
 def raw(b: Batch, scheme: str, p: dict[str, Any]) -> tuple[Tensor, Tensor]:
     """(raw advantages [B, T], the mask the trainer used [B, T]) of a token/turn configuration."""
-    mask = b.resp if p["mask"] == "response" else b.pol
+    # "response": the loss mask covers tool tokens; "response_recursion" (verl before PR #2337):
+    # only the recursion steps through them, whitening and the loss use the policy mask.
+    mask = b.resp if p["mask"] in ("response", "response_recursion") else b.pol
     r = b.r_end if p["reward_at"] == "row_end" else b.r
     if r is None:  # configurations only move the reward where prepare() found one to move
         raise ValueError("reward_at='row_end' on a batch with no reward to move")
@@ -216,7 +226,7 @@ def raw(b: Batch, scheme: str, p: dict[str, Any]) -> tuple[Tensor, Tensor]:
         a = returns_reset_at_gaps(r, mask, gamma)
     else:
         a = TK.returns_to_go(r, mask, gamma)
-    return a, mask
+    return a, (b.pol if p["mask"] == "response_recursion" else mask)
 
 
 def token_configs(b: Batch) -> list[tuple[str, dict[str, Any]]]:
@@ -226,9 +236,18 @@ def token_configs(b: Batch) -> list[tuple[str, dict[str, Any]]]:
     rats = ["last_policy"] + (["row_end"] if b.r_end is not None else [])
     boots = [True, False] if b.has_boot else [False]
     out: list[tuple[str, dict[str, Any]]] = []
+    if b.has_gaps and b.v is not None:
+        masks.append("response_recursion")  # GAE only (verl PR #2337)
     for mk in masks:
         for rat in rats:
             flags = {"mask": mk, "reward_at": rat}
+            if mk == "response_recursion":
+                for scheme in ("token_gae", "turn_gae"):
+                    for gamma in GAMMAS:
+                        for lam in LAMBDAS:
+                            for boot in boots:
+                                out.append((scheme, {"gamma": gamma, "lam": lam, **flags, "bootstrap": boot}))
+                continue
             if b.v is not None:
                 for scheme in ("token_gae", "turn_gae"):
                     for gamma in GAMMAS:
