@@ -55,7 +55,12 @@ code                                   severity  tokens
 credit_on_non_policy_tokens            error     prompt/tool tokens with |advantage| > 1e-5
                                        (warning  when they only hold verl's carried GAE values)
 gae_through_tool_spans                 error     policy tokens changed by the mask covering tools
-reward_on_non_policy_token             error     policy tokens changed by the moved reward
+reward_on_non_policy_token             error     policy tokens changed by the moved reward;
+                                                 or (data, ``evidence.source`` "rewards") the
+                                                 prompt/tool tokens where the uploaded rewards
+                                                 hold a nonzero reward: error when the best match
+                                                 (closest fit) changes once they move onto the
+                                                 policy token before them, warning otherwise
 reward_dropped_before_tool_span        error     policy tokens changed by the reset at gaps
 truncated_as_terminated                error     policy tokens changed by the missing bootstrap
 zero_variance_group_nonzero_advantage  error     nonzero tokens of all-equal groups (no match)

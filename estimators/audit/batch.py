@@ -47,6 +47,42 @@ def is_token(kinds: Tensor) -> Tensor:
     return (kinds == KIND_PROMPT) | (kinds == KIND_POLICY) | (kinds == KIND_TOOL)
 
 
+def row_end_rewards(r: Tensor, pol: Tensor, tok: Tensor) -> Tensor | None:
+    """The rewards with each row's last-policy reward moved to the row's last token, as a trainer
+    that scores the row's last token would place the outcome (None when that moves nothing)."""
+    B, T = r.shape
+    idx = torch.arange(T).expand(B, T)
+    last_pol = torch.where(pol, idx, -1).amax(1)
+    last_any = torch.where(tok, idx, -1).amax(1)
+    moved = (last_pol >= 0) & (last_any > last_pol)
+    if not bool(moved.any()):
+        return None
+    rows = moved.nonzero().squeeze(1)
+    rv = r[rows, last_pol[rows]]
+    if not bool((rv != 0).any()):
+        return None
+    r_end = r.clone()
+    r_end[rows, last_pol[rows]] = 0
+    r_end[rows, last_any[rows]] += rv
+    return r_end
+
+
+def on_policy_rewards(b: Batch) -> Tensor:
+    """[B, T] the rewards with every reward on a prompt/tool token moved to the policy token the
+    reward belongs to: the nearest policy token at or before it (the action whose turn it closes),
+    else the row's first policy token (a reward on the prompt). Rows without a policy token keep theirs."""
+    B, T = b.r.shape
+    idx = torch.arange(T).expand(B, T)
+    off = is_token(b.kinds) & ~b.pol & (b.r != 0) & b.rows[:, None]
+    if not bool(off.any()):
+        return b.r
+    prev = torch.where(b.pol, idx, -1).cummax(1).values
+    first = torch.where(b.pol, idx, T).amin(1)
+    dest = torch.where(prev >= 0, prev, first[:, None].expand(B, T))
+    out = torch.where(off, 0.0, b.r)
+    return out.scatter_add(1, torch.where(off, dest, 0), torch.where(off, b.r, 0.0))
+
+
 def prepare(inp: EstimatorInput, uploaded: Tensor, kinds: Tensor, truncated: Tensor | None) -> Batch:
     """The :class:`Batch` of an audit call (see :func:`estimators.audit.audit` for the arguments)."""
     r = inp.rewards.double()
@@ -61,18 +97,7 @@ def prepare(inp: EstimatorInput, uploaded: Tensor, kinds: Tensor, truncated: Ten
     idx = torch.arange(T).expand(B, T)
     first = torch.where(pol, idx, T).amin(1)
     resp = tok & (idx >= first[:, None])
-    # The outcome reward as a trainer that scores the row's last token would place it.
-    last_pol = torch.where(pol, idx, -1).amax(1)
-    last_any = torch.where(tok, idx, -1).amax(1)
-    moved = (last_pol >= 0) & (last_any > last_pol)
-    r_end = None
-    if bool(moved.any()):
-        rows = moved.nonzero().squeeze(1)
-        rv = r[rows, last_pol[rows]]
-        if bool((rv != 0).any()):
-            r_end = r.clone()
-            r_end[rows, last_pol[rows]] = 0
-            r_end[rows, last_any[rows]] += rv
+    r_end = row_end_rewards(r, pol, tok)
     lv = None
     if inp.last_value is not None:
         lv = torch.as_tensor(inp.last_value, dtype=torch.float64).reshape(-1).clone()

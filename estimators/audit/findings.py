@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -24,10 +24,10 @@ from torch import Tensor
 
 from .. import groups as G
 from .. import token as TK
-from .batch import Batch
+from .batch import Batch, is_token, on_policy_rewards, row_end_rewards
 from .candidates import Cand, broadcast, num, public
-from .constants import KIND_PROMPT, KIND_TOOL, RAW_TOL, SPIKE_ADV, SPIKE_STD, TOKEN_TOL
-from .hypotheses import CONVENTIONS, HYPOTHESES, Hypothesis, fixed_raw
+from .constants import CAP, KIND_PROMPT, KIND_TOOL, RAW_TOL, SPIKE_ADV, SPIKE_STD, TOKEN_TOL
+from .hypotheses import CONVENTIONS, HYPOTHESES, Hypothesis, base_scheme, fixed_raw, outcome_candidates, raw
 from .report import finding
 from .search import Search
 
@@ -104,6 +104,68 @@ def credit_on_non_policy_tokens(ctx: Context) -> list[dict[str, Any]]:
             + text,
             off,
             {"max_abs": float(b.u[off].abs().max()), "tool_tokens": n_tool, "verl_carry_pattern": carried},
+        )
+    ]
+
+
+def _raw_with_rewards(b: Batch, c: Cand, r: Tensor) -> Tensor | None:
+    """The raw advantages of configuration ``c`` on ``b`` with the rewards ``r`` instead (None when
+    the configuration does not exist there, e.g. a moved reward that no longer moves)."""
+    bf = replace(b, r=r, r_end=row_end_rewards(r, b.pol, is_token(b.kinds)))
+    if c.kind == "outcome":
+        cands = outcome_candidates(bf)
+        # Once every reward is on a policy token the row's sum is the policy tokens' sum (one candidate).
+        for p in (c.params, dict(c.params, score="policy")):
+            same = [o for o in cands if o.scheme == c.scheme and o.params == p]
+            if same:
+                return broadcast(bf, same[0].vec)
+        return None
+    p = {k: v for k, v in c.params.items() if k not in ("whiten", "whiten_factor")}
+    try:
+        adv, _ = raw(bf, base_scheme(c.scheme), p)
+    except ValueError:
+        return None
+    return adv
+
+
+def reward_on_non_policy_token(ctx: Context) -> list[dict[str, Any]]:
+    """The uploaded ``rewards`` hold a nonzero reward on a prompt/tool token (a data finding; the
+    ``reward_at`` hypothesis of the same code is the trainer moving it). Error when the best match
+    (closest fit) depends on where the reward sits: its raw advantages change on some policy token
+    when each such reward moves to the policy token it belongs to (:func:`.batch.on_policy_rewards`);
+    warning when nothing changes (a scheme that reads only the episode's total, such as an outcome
+    baseline on the row's summed reward)."""
+    b, c = ctx.b, ctx.closest
+    off = is_token(b.kinds) & ~b.pol & (b.r != 0) & b.rows[:, None]
+    if not bool(off.any()):
+        return []
+    fixed = _raw_with_rewards(b, c, on_policy_rewards(b))
+    ch = b.pol.clone() if fixed is None else changed(ctx.raw, fixed, b.pol)
+    depends = bool(ch.any())
+    n, n_eps = int(off.sum()), int(off.any(1).sum())
+    fit = "the best match" if ctx.pick is not None else "the closest fit"
+    text = (
+        f"{fit} ({c.scheme}) depends on where the reward sits: moving each onto the policy token it belongs "
+        f"to changes the raw advantage of {int(ch.sum())} policy tokens"
+        if depends
+        else f"{fit} ({c.scheme}) does not depend on where the reward sits (it reads only the episode's total), "
+        "but a scheme that does would credit tokens the policy did not choose"
+    )
+    return [
+        finding(
+            "reward_on_non_policy_token",
+            "error" if depends else "warning",
+            f"the uploaded rewards put {n} nonzero rewards on prompt/tool tokens in {n_eps} episodes; "
+            + text,
+            off,
+            {
+                "source": "rewards",
+                "rewards": [num(float(x)) for x in b.r[off][:CAP].tolist()],
+                "depends_on_placement": depends,
+                "policy_tokens_changed": int(ch.sum()),
+                "scheme": c.scheme,
+                "params": dict(c.params),
+            },
         )
     ]
 
@@ -306,6 +368,7 @@ Detector = Callable[[Context], list[dict[str, Any]]]
 # The order is the priority: a token claimed by an earlier detector is not reported again later.
 DETECTORS: tuple[Detector, ...] = (
     credit_on_non_policy_tokens,
+    reward_on_non_policy_token,
     bug_hypotheses,
     convention_differs,
     group_pathologies,

@@ -249,3 +249,39 @@ def test_uploaded_turn_ids_are_used_and_agree_with_the_default(client):
     out = client.get(f"/api/batches/{r.json()['batch_id']}/audit").json()
     assert out["best_match"]["params"] == MANIFEST["clean_gae"]["best_match"]["params"]
     assert out["findings"] == []
+
+
+def test_rewards_on_a_tool_token_is_reward_on_non_policy_token(client):
+    """A real upload whose per-token ``rewards`` put the outcome on a tool token, with verl's GRPO
+    advantages (the row's summed reward): the audit's warning names the reward token and its episode."""
+    core = pytest.importorskip("verl.trainer.ppo.core_algos")
+    import numpy as np
+    import torch
+
+    kinds = ["prompt", "policy", "policy", "tool", "tool"]
+    scores = [1.0, 0.0, 0.5, 1.0]
+    rew = [[0.0, 0.0, s, 0.0, 0.0] if i % 2 else [0.0, 0.0, 0.0, 0.0, s] for i, s in enumerate(scores)]
+    pol = torch.tensor([[k == "policy" for k in kinds]] * 4)
+    adv, _ = core.compute_grpo_outcome_advantage(
+        torch.tensor(rew, dtype=torch.float32), pol.float(), np.array(["a"] * 4, dtype=object)
+    )
+    adv = (adv * pol).double().tolist()
+    eps = [
+        {
+            "tokens": [f"t{j}" for j in range(5)],
+            "kinds": kinds,
+            "rewards": rew[i],
+            "advantages": adv[i],
+            "group": "a",
+        }
+        for i in range(4)
+    ]
+    r = upload(client, eps)
+    assert r.status_code == 201, r.text
+    out = client.get(f"/api/batches/{r.json()['batch_id']}/audit").json()
+    assert out["best_match"]["scheme"] == "grpo", out["best_match"]
+    (f,) = [f for f in out["findings"] if f["code"] == "reward_on_non_policy_token"]
+    assert f["severity"] == "warning" and f["evidence"]["source"] == "rewards"
+    assert f["tokens"] == [[0, 4], [2, 4]] and f["episodes"] == [0, 2]
+    assert f["first"]["position"] == 4 and f["first"]["slug"] == f["slugs"][0]
+    assert out["n_errors"] == 0
