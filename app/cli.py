@@ -68,6 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # do both once here, before they start (their own start-up then finds nothing to do).
         from sqlmodel import Session
 
+        from app.sim.demo_runs import load_demo_runs
         from app.storage.db import init_db, make_engine
         from app.storage.store import load_demo
 
@@ -75,7 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         init_db(engine)
         if settings.demo:
             with Session(engine) as session:
-                load_demo(session)
+                if load_demo(session):  # an empty database: the demo's runs too
+                    load_demo_runs(session, settings)
         engine.dispose()
         os.environ["CREDITLENS_DEMO"] = "false"
     host_shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host

@@ -63,10 +63,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.demo:
             from sqlmodel import Session
 
+            from app.sim.demo_runs import load_demo_runs
             from app.storage.store import load_demo
 
             with Session(engine) as session:
-                load_demo(session)
+                if load_demo(session):  # an empty database: the demo's runs too
+                    load_demo_runs(session, settings)
         jobs.start()
         yield
         jobs.stop()

@@ -36,8 +36,12 @@ def test_serve_with_two_workers(tmp_path):
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-3000:]
             time.sleep(0.3)
-        names = sorted(b["name"] for b in httpx.get(base + "/api/batches", timeout=10).json())
-        assert names == ["bugfix", "handbuilt"]  # loaded once, not once per worker
+        got = httpx.get(base + "/api/batches", params={"limit": 1000}, timeout=10).json()
+        names = sorted(b["name"] for b in got)
+        # Loaded once, not once per worker: the two demo batches and the demo runs' 2 x 40 steps.
+        assert [n for n in names if not n.startswith("demo: ")] == ["bugfix", "handbuilt"]
+        assert len(names) == 2 + 2 * 40
+        assert len(httpx.get(base + "/api/runs", timeout=10).json()) == 2
         ep = {"tokens": ["q", "a"], "kinds": ["prompt", "policy"], "reward": 1.0}
         # Each request is a new connection, which the OS hands to either worker's accept(); keep
         # writing until both workers have stored something (or give up after 200 uploads).
