@@ -40,7 +40,7 @@ run: install-server
 	$(VENV)/bin/creditlens serve --host $(HOST) --port $(PORT) --demo
 
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider --durations=40
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=40
 
 bench: install
 	$(PY) -m bench

@@ -23,6 +23,34 @@ from databases import PgDatabases, SqliteTemplate
 # user's cache; subprocesses inherit it. A test that needs its own passes Client(spool_dir=...).
 os.environ["CREDITLENS_SPOOL_DIR"] = tempfile.mkdtemp(prefix="creditlens-test-spool-")
 
+
+def _pg_database_per_worker() -> None:
+    """Under pytest-xdist (``make test`` runs two processes) each worker gets a PostgreSQL database
+    of its own, ``<name>_<worker>`` on the same server, so one worker emptying its database never
+    touches the other's test. Every fixture reads CREDITLENS_TEST_PG_URL, so it is rewritten here,
+    before any test module is imported."""
+    url, worker = os.environ.get("CREDITLENS_TEST_PG_URL"), os.environ.get("PYTEST_XDIST_WORKER")
+    if not url or not worker:
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = make_url(url)
+    name = f"{base.database}_{worker}"
+    admin = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
+            if not exists:
+                # From template0: template1 may be in use by the other worker's CREATE DATABASE.
+                conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE template0'))
+    finally:
+        admin.dispose()
+    os.environ["CREDITLENS_TEST_PG_URL"] = base.set(database=name).render_as_string(hide_password=False)
+
+
+_pg_database_per_worker()
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
