@@ -70,9 +70,12 @@ def run_audit(
     Every episode must have ``advantages``. Rewards are the effective ones (outcome reward on the
     last policy token); critic values are used only when every episode has them. ``turn_ids``: every
     episode uploaded its turn ids (else a turn is a maximal run of policy tokens, the engine's
-    default)."""
+    default). With ``logprobs`` and ``rollout_logprobs`` on every episode the audit also names the
+    large-|A| tokens the loss zeroes (``credit_clipped``, ``credit_masked_by_rollout_correction``;
+    bypass-mode ratio and IcePop window as the step metrics read them)."""
     import torch
 
+    from app.core.metrics import STEP_LOSS_ICEPOP
     from estimators.audit import KIND_PAD, KIND_POLICY, audit
     from estimators.registry import EstimatorInput
 
@@ -85,6 +88,9 @@ def run_audit(
     has_values = all(a.values is not None for a in arrays)
     val = np.zeros((B, T)) if has_values else None
     tid = np.full((B, T), -1, dtype=np.int64) if turn_ids else None
+    has_lp = B > 0 and all(a.logprobs is not None and a.rollout_logprobs is not None for a in arrays)
+    lp = np.zeros((B, T)) if has_lp else None
+    rlp = np.zeros((B, T)) if has_lp else None
     for b, a in enumerate(arrays):
         n = len(a.kinds)
         kinds[b, :n] = a.kinds
@@ -94,6 +100,9 @@ def run_audit(
             val[b, :n] = a.values
         if tid is not None:
             tid[b, :n] = a.turn_ids
+        if lp is not None and rlp is not None:
+            lp[b, :n] = a.logprobs
+            rlp[b, :n] = a.rollout_logprobs
     kt = torch.from_numpy(kinds)
     truncated = torch.tensor([bool(a.truncated) for a in arrays], dtype=torch.bool)
     boot = [
@@ -108,7 +117,15 @@ def run_audit(
         turn_ids=None if tid is None else torch.from_numpy(tid),
         last_value=torch.tensor(boot, dtype=torch.float64) if any_boot else None,
     )
-    res = audit(inp, torch.from_numpy(adv), kt, truncated)
+    res = audit(
+        inp,
+        torch.from_numpy(adv),
+        kt,
+        truncated,
+        logprobs=None if lp is None else torch.from_numpy(lp),
+        rollout_logprobs=None if rlp is None else torch.from_numpy(rlp),
+        icepop_window=STEP_LOSS_ICEPOP,
+    )
     Stats.computed += 1
     ref = res.reference
     refs = [

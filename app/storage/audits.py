@@ -56,12 +56,12 @@ def _shape(session: Session, batch_id: int) -> _Shape:
 
 
 _COLUMNS = ("id", "slug", "kinds", "rewards", "values", "advantages", "turn_ids", "reward", "group")
-_COLUMNS += ("truncated", "bootstrap_value")
+_COLUMNS += ("truncated", "bootstrap_value", "logprobs", "rollout_logprobs")
 
 
 def _load(session: Session, batch_id: int) -> tuple[list[int], list[str], list[EpisodeArrays], bool]:
     """(ids, slugs, arrays, every episode uploaded turn ids) of a batch in upload order, reading only
-    the columns the audit needs (not the tokens, logprobs or meta)."""
+    the columns the audit needs (not the tokens or meta; the log-probs for the loss findings)."""
     stmt = (
         select(*(getattr(Episode, c) for c in _COLUMNS))
         .where(Episode.batch_id == batch_id)
@@ -81,7 +81,8 @@ def _load(session: Session, batch_id: int) -> tuple[list[int], list[str], list[E
                 kinds=kinds,
                 rewards=domain.effective_rewards(kinds, decode(row["rewards"], F64), row["reward"]),
                 values=decode(row["values"], F64),
-                logprobs=None,
+                logprobs=decode(row["logprobs"], F64),
+                rollout_logprobs=decode(row["rollout_logprobs"], F64),
                 turn_ids=turn_ids_of(kinds == domain.POLICY, tids),
                 advantages=decode(row["advantages"], F64),
                 reward=row["reward"],

@@ -73,6 +73,9 @@ mismatch_unexplained                   error     tokens off the closest fit that
                                                  claims (warning under a match)
 =====================================  ========  ===============================================
 
+The last two need ``logprobs`` and ``rollout_logprobs`` (:func:`audit`'s keywords); without them
+there is no such finding. They read the uploaded advantages and claim nothing.
+
 Uploaded advantages are compared as the trainer's loss sees them: the estimator's output times
 the loss mask the trainer used. Everything runs in float64 on one intra-op thread. Token kinds use
 the service's numbering (prompt 0, policy 1, tool 2; :data:`KIND_PAD` 255 past a row's end).
@@ -94,6 +97,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import torch
@@ -106,6 +110,7 @@ from .constants import (
     CAP,
     EPSILONS,
     GAMMAS,
+    ICEPOP_WINDOW,
     KIND_CODES,
     KIND_PAD,
     KIND_POLICY,
@@ -148,6 +153,10 @@ def audit(
     uploaded_advantages: Tensor,
     kinds: Tensor,
     truncated: Tensor | None = None,
+    *,
+    logprobs: Tensor | None = None,
+    rollout_logprobs: Tensor | None = None,
+    icepop_window: str = ICEPOP_WINDOW,
 ) -> AuditResult:
     """Audit ``uploaded_advantages`` [B, T] (the trainer's own, as its loss sees them) against the
     registry's estimators and conventions on the padded batch ``inp``.
@@ -156,15 +165,26 @@ def audit(
     :data:`KIND_PAD` 255 past a row's end (use an integer dtype that holds 255, e.g. uint8);
     ``inp.mask`` must be ``kinds == KIND_POLICY``. ``truncated`` [B] bool (optional) marks rows
     cut off before their end; ``inp.last_value`` [B] their bootstrap values (NaN: unknown).
-    ``inp.gamma``/``inp.lam`` are ignored (they are searched). See the module docstring.
+    ``inp.gamma``/``inp.lam`` are ignored (they are searched). ``logprobs`` / ``rollout_logprobs``
+    [B, T] (optional, both or neither): the training and rollout log-probs, for ``credit_clipped`` and
+    ``credit_masked_by_rollout_correction`` (IcePop window ``icepop_window``, "lo_hi"). See the
+    module docstring.
     """
     with one_thread():
         b = prepare(inp, uploaded_advantages, kinds, truncated)
+        if logprobs is not None and rollout_logprobs is not None:
+            shape = tuple(b.u.shape)
+            if tuple(logprobs.shape) != shape or tuple(rollout_logprobs.shape) != shape:
+                raise ValueError(f"logprobs and rollout_logprobs must be [B, T] = {shape}")
+            b = replace(b, lp=logprobs.double(), rlp=rollout_logprobs.double())
         if not bool(b.rows.any()):
             return no_policy_tokens()
         found = search(b)
         ref, raw = ref_of(b, found.closest)
-        findings = detect(Context(b=b, search=found, ref=ref, raw=raw, claimed=torch.zeros_like(b.pol)))
+        ctx = Context(
+            b=b, search=found, ref=ref, raw=raw, claimed=torch.zeros_like(b.pol), icepop_window=icepop_window
+        )
+        findings = detect(ctx)
         return AuditResult(
             best_match=best_match(found), findings=findings, searched=found.searched, reference=ref
         )
@@ -179,11 +199,14 @@ def audit_episodes(
     turn_ids: Sequence[Any] | None = None,
     truncated: Sequence[bool] | None = None,
     bootstrap_value: Sequence[float | None] | None = None,
+    logprobs: Sequence[Any] | None = None,
+    rollout_logprobs: Sequence[Any] | None = None,
 ) -> AuditResult:
     """:func:`audit` on per-episode arrays (lists, numpy arrays or 1-D tensors of each episode's
     length): right-pads them into a batch. ``kinds`` holds "prompt" / "policy" / "tool" strings;
     ``rewards`` per-token (an outcome ``reward`` goes on the last policy token first);
-    ``bootstrap_value`` None or NaN for terminated episodes."""
+    ``bootstrap_value`` None or NaN for terminated episodes; ``logprobs`` / ``rollout_logprobs``
+    per-token (both or neither) for the loss findings."""
     B = len(kinds)
     T = max((len(k) for k in kinds), default=0)
 
@@ -213,4 +236,6 @@ def audit_episodes(
         last_value=lv,
     )
     tr = None if truncated is None else torch.tensor(list(truncated), dtype=torch.bool)
-    return audit(inp, pad(advantages), kt, tr)
+    return audit(
+        inp, pad(advantages), kt, tr, logprobs=pad_opt(logprobs), rollout_logprobs=pad_opt(rollout_logprobs)
+    )

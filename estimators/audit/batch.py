@@ -40,6 +40,8 @@ class Batch:
     has_boot: bool
     ep_first: Tensor  # [B] uploaded at the first policy token
     factors: tuple[str, ...] = WHITEN_FACTORS  # whiten_factor values worth searching
+    lp: Tensor | None = None  # [B, T] float64 the training log-probs (``logprobs``), or None
+    rlp: Tensor | None = None  # [B, T] float64 the rollout engine's log-probs, or None
 
 
 def is_token(kinds: Tensor) -> Tensor:
@@ -155,4 +157,6 @@ def subset(b: Batch, rows: Tensor) -> Batch:
         v=sel(b.v),
         lv=sel(b.lv),
         turn_ids=sel(b.turn_ids),
+        lp=sel(b.lp),
+        rlp=sel(b.rlp),
     )

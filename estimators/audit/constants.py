@@ -24,3 +24,6 @@ SURVIVORS = 4  # screened configurations computed on the whole batch
 CAP = 200  # positions listed per finding (``token_count`` is the total)
 TIE = 1e-6  # matches this close to the best are ranked by their number of deviations
 RAW_TOL = 1e-9  # raw advantages that differ by more than this (relative) "change"
+LARGE_ADV_QUANTILE = 0.9  # a policy token's |A| at or above this quantile of the batch's is "large"
+ZEROED_WARN_SHARE = 0.05  # zeroed large-|A| tokens holding this share of the large-|A| mass: a warning
+ICEPOP_WINDOW = "0.5_2"  # token-level IcePop's [lo, hi] (the service's step metrics use the same)

@@ -24,9 +24,21 @@ from torch import Tensor
 
 from .. import groups as G
 from .. import token as TK
+from ..loss import TokenState, loss_weights_and_states
 from .batch import Batch, is_token, on_policy_rewards, row_end_rewards
 from .candidates import Cand, broadcast, num, public
-from .constants import CAP, KIND_PROMPT, KIND_TOOL, RAW_TOL, SPIKE_ADV, SPIKE_STD, TOKEN_TOL
+from .constants import (
+    CAP,
+    ICEPOP_WINDOW,
+    KIND_PROMPT,
+    KIND_TOOL,
+    LARGE_ADV_QUANTILE,
+    RAW_TOL,
+    SPIKE_ADV,
+    SPIKE_STD,
+    TOKEN_TOL,
+    ZEROED_WARN_SHARE,
+)
 from .hypotheses import CONVENTIONS, HYPOTHESES, Hypothesis, base_scheme, fixed_raw, outcome_candidates, raw
 from .report import finding
 from .search import Search
@@ -42,6 +54,7 @@ class Context:
     ref: Tensor  # [B, T] the closest fit's advantages (0 off-policy)
     raw: Tensor  # [B, T] the same before whitening
     claimed: Tensor
+    icepop_window: str = ICEPOP_WINDOW  # token-level IcePop's "lo_hi" for credit_masked_by_rollout_correction
 
     @property
     def pick(self) -> Cand | None:
@@ -363,6 +376,99 @@ def mismatch_unexplained(ctx: Context) -> list[dict[str, Any]]:
     ]
 
 
+# ---- 5. the loss: large advantages the gradient never sees --------------------------------------
+
+# The TokenState bits whose zero weight counts as PPO clipping (the step metrics' reading).
+_CLIP_BITS = int(
+    TokenState.CLIPPED_HIGH
+    | TokenState.CLIPPED_LOW
+    | TokenState.DUAL_CLIPPED
+    | TokenState.COV_SELECTED
+    | TokenState.STABILITY_CLAMPED
+)
+
+
+def large_advantages(b: Batch) -> Tensor:
+    """[B, T] bool: policy tokens with a "large" uploaded |A|: ``|A| > 0`` and ``|A| >=`` the
+    :data:`.constants.LARGE_ADV_QUANTILE` (90th) percentile of |A| over the batch's policy tokens
+    (linear interpolation between order statistics, numpy's and torch's default)."""
+    a = b.u.abs()
+    vals = a[b.pol].sort().values
+    n = int(vals.numel())
+    if n == 0:
+        return torch.zeros_like(b.pol)
+    pos = LARGE_ADV_QUANTILE * (n - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, n - 1)
+    q = float(vals[lo] + (pos - lo) * (vals[hi] - vals[lo]))
+    return b.pol & (a > 0) & (a >= q)
+
+
+def credit_zeroed_by_loss(ctx: Context) -> list[dict[str, Any]]:
+    """Large-|A| policy tokens (:func:`large_advantages`) whose loss weight is 0, from the uploaded
+    advantages and log-probs (only when both ``logprobs`` and ``rollout_logprobs`` are given; else
+    nothing). ``credit_clipped``: verl's vanilla PPO with its defaults (clip 0.2, dual clip 3) in
+    bypass mode, the ratio ``exp(logprobs - rollout_logprobs)`` (verl's own ratio is 1 on a step's
+    first update), per token; zero weight with a clipping bit. ``credit_masked_by_rollout_correction``:
+    token-level IcePop on ``exp(logprobs - rollout_logprobs)`` with the window ``ctx.icepop_window``
+    (PPO ratio 1); zero weight with the IcePop bit. Severity info when the named tokens hold less than
+    :data:`.constants.ZEROED_WARN_SHARE` (5 %) of the large-|A| mass, warning otherwise."""
+    b = ctx.b
+    if b.lp is None or b.rlp is None:
+        return []
+    large = large_advantages(b)
+    if not bool(large.any()):
+        return []
+    a = torch.where(b.pol, b.u, 0.0)
+    mass = float(a.abs()[large].sum())
+    lp, rlp = torch.nan_to_num(b.lp), torch.nan_to_num(b.rlp)
+    w_clip, st_clip = loss_weights_and_states(a, lp, rlp, b.pol, loss="vanilla", agg="token-sum")
+    w_mask, st_mask = loss_weights_and_states(
+        a, lp, lp, b.pol, loss="vanilla", agg="token-sum", rollout_log_prob=rlp,
+        rollout_is="token", rollout_is_threshold=ctx.icepop_window,
+    )  # fmt: skip
+    clipped = large & (w_clip == 0) & ((st_clip.long() & _CLIP_BITS) != 0)
+    masked = large & (w_mask == 0) & ((st_mask.long() & int(TokenState.ICEPOP_ZEROED)) != 0)
+    n_large = int(large.sum())
+    out = []
+    for code, sel, why, extra in (
+        (
+            "credit_clipped",
+            clipped,
+            "PPO clipping (verl's vanilla loss and defaults, the training/rollout ratio as in bypass mode)",
+            {"loss": "vanilla", "clip_ratio": 0.2, "clip_ratio_c": 3.0, "bypass": True},
+        ),
+        (
+            "credit_masked_by_rollout_correction",
+            masked,
+            f"token-level IcePop masking (window {ctx.icepop_window} on the training/rollout ratio)",
+            {"rollout_is": "token", "rollout_is_threshold": ctx.icepop_window},
+        ),
+    ):
+        if not bool(sel.any()):
+            continue
+        share = float(a.abs()[sel].sum()) / mass if mass > 0 else 0.0
+        n = int(sel.sum())
+        out.append(
+            finding(
+                code,
+                "info" if share < ZEROED_WARN_SHARE else "warning",
+                f"{n} of the batch's {n_large} large-|A| policy tokens (|A| at or above its 90th percentile) "
+                f"get no gradient from {why}: {100 * share:.3g} % of the large-|A| mass",
+                sel,
+                {
+                    **extra,
+                    "share_of_large_abs_advantage": share,
+                    "large_tokens": n_large,
+                    "large_threshold_quantile": LARGE_ADV_QUANTILE,
+                    "abs_advantages": [num(float(x)) for x in a.abs()[sel][:CAP].tolist()],
+                    "log_ratio": [num(float(x)) for x in (lp - rlp)[sel][:CAP].tolist()],
+                },
+            )
+        )
+    return out
+
+
 Detector = Callable[[Context], list[dict[str, Any]]]
 
 # The order is the priority: a token claimed by an earlier detector is not reported again later.
@@ -374,6 +480,7 @@ DETECTORS: tuple[Detector, ...] = (
     group_pathologies,
     advantage_not_constant_per_turn,
     mismatch_unexplained,
+    credit_zeroed_by_loss,
 )
 
 

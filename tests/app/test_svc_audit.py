@@ -285,3 +285,46 @@ def test_rewards_on_a_tool_token_is_reward_on_non_policy_token(client):
     assert f["tokens"] == [[0, 4], [2, 4]] and f["episodes"] == [0, 2]
     assert f["first"]["position"] == 4 and f["first"]["slug"] == f["slugs"][0]
     assert out["n_errors"] == 0
+
+
+def test_large_advantage_clipped_by_ppo_is_credit_clipped(client):
+    """A real upload with ``logprobs`` and ``rollout_logprobs``: the one large-|A| token (A = 3, the
+    batch's policy |A| otherwise <= 0.4) has ratio exp(logprobs - rollout_logprobs) = 2 > 1 + 0.2, so
+    verl's vanilla PPO in bypass mode zeroes it: a ``credit_clipped`` warning naming it, and the loss
+    API (the same ratio, bypass) counts its |A| as clipped. Without the log-probs, no such finding."""
+    import math
+
+    kinds = ["prompt", "policy", "policy", "policy", "policy"]
+    adv = [[0.0, 0.1, 0.2, 0.3, 3.0], [0.0, -0.1, -0.2, -0.3, -0.4]]
+    lp = [-1.0] * 5
+
+    def eps(with_lp: bool) -> list[dict]:
+        out = []
+        for i in range(2):
+            e = {"tokens": [f"t{j}" for j in range(5)], "kinds": kinds, "reward": 0.0, "advantages": adv[i]}
+            if with_lp:
+                rlp = list(lp)
+                if i == 0:
+                    rlp[4] = -1.0 - math.log(2.0)
+                e |= {"logprobs": lp, "rollout_logprobs": rlp}
+            out.append(e)
+        return out
+
+    r = upload(client, eps(True))
+    assert r.status_code == 201, r.text
+    bid = r.json()["batch_id"]
+    out = client.get(f"/api/batches/{bid}/audit").json()
+    (f,) = [f for f in out["findings"] if f["code"] == "credit_clipped"]
+    assert f["severity"] == "warning" and f["tokens"] == [[0, 4]] and f["episodes"] == [0]
+    assert f["slugs"] == [r.json()["episodes"][0]["slug"]] and f["first"]["position"] == 4
+    assert not [f for f in out["findings"] if f["code"] == "credit_masked_by_rollout_correction"]
+    loss = client.get(f"/api/batches/{bid}/loss?agg=token-sum&bypass=true").json()
+    assert abs(loss["clipped_share"] - 3.0 / 4.6) < 1e-12
+
+    r = upload(client, eps(False))
+    assert r.status_code == 201, r.text
+    out = client.get(f"/api/batches/{r.json()['batch_id']}/audit").json()
+    assert not {f["code"] for f in out["findings"]} & {
+        "credit_clipped",
+        "credit_masked_by_rollout_correction",
+    }
