@@ -18,6 +18,7 @@ import numpy as np
 
 from app.core import domain
 from app.core.arrays import F64, I32, decode, id_tokens, json_loads
+from app.core.tokenize import join_tokens
 
 PROMPT_TEXT_MAX = 4000  # characters of a prompt's text kept for display
 
@@ -57,7 +58,7 @@ def prompt_of(row: dict[str, Any]) -> tuple[str, str, int]:
         key_bytes = b"text:" + "\x00".join(tokens[:k] if tokens else []).encode()
     if tokens is None:
         tokens = id_tokens(ids[:k]) if ids is not None else []
-    text = "".join(tokens[:k])[:PROMPT_TEXT_MAX]
+    text = join_tokens(tokens[:k])[:PROMPT_TEXT_MAX]
     return hashlib.sha256(key_bytes).hexdigest()[:16], text, k
 
 

@@ -14,6 +14,7 @@ from app.compute.tensors import turn_starts
 from app.core import domain
 from app.core.arrays import EpisodeArrays
 from app.core.errors import ApiError
+from app.core.tokenize import join_tokens
 
 
 def masked(arr: np.ndarray, policy: np.ndarray, as_numpy: bool = False) -> list | np.ndarray:
@@ -108,9 +109,9 @@ def turn_summaries(
         b0, b1 = bounds[k], bounds[k + 1]
         s, e = int(order[b0]), int(order[b1 - 1]) + 1
         if e - s == n:  # the usual case: a contiguous run of policy tokens
-            text = "".join(tokens[s : min(e, s + 400)])
+            text = join_tokens(tokens[s : min(e, s + 400)])
         else:
-            text = "".join(tokens[i] for i in order[b0 : min(b1, b0 + 400)].tolist())
+            text = join_tokens([tokens[i] for i in order[b0 : min(b1, b0 + 400)].tolist()])
         effect = None
         if calls is not None and k < len(calls) and isinstance(calls[k], dict):
             effect = calls[k].get("effect")

@@ -143,8 +143,9 @@ def test_values_td_turns_and_oracle_by_hand(client):
     oracle = a["schemes"][2]["advantages"]
     assert oracle == pytest.approx([None, 0.3, 0.3, None, 0.2, 0.2])
     t0, t1 = a["turns"]
-    assert (t0["turn"], t0["start"], t0["end"], t0["text"], t0["effect"]) == (0, 1, 3, "ab", "read")
-    assert (t1["turn"], t1["start"], t1["end"], t1["text"], t1["effect"]) == (1, 4, 6, "cd", "submit")
+    # Word tokens with no spacing of their own ("a", "b") read joined with spaces.
+    assert (t0["turn"], t0["start"], t0["end"], t0["text"], t0["effect"]) == (0, 1, 3, "a b", "read")
+    assert (t1["turn"], t1["start"], t1["end"], t1["text"], t1["effect"]) == (1, 4, 6, "c d", "submit")
     assert (t0["reward"], t1["reward"], t0["value"], t1["value"]) == (0.0, 1.0, 0.5, 0.8)
     assert t0["means"]["token_gae"] == pytest.approx(0.45) and t1["means"]["token_gae"] == pytest.approx(0.15)
     assert t0["means"]["oracle"] == pytest.approx(0.3)
