@@ -5,7 +5,9 @@ advances only on policy tokens; every recursion carries its state unchanged acro
 positions; outputs are 0 off-mask.
 """
 
-from . import native
+# builtin: the built-in estimators register themselves on import, so importing the package (as
+# importing any of its modules does) fills the registry, and the registry never imports them back.
+from . import builtin, native  # noqa: F401
 from .groups import (
     GroupStats,
     batch_whiten,

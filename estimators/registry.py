@@ -205,19 +205,16 @@ def register(
 
 def unregister(name: str) -> None:
     """Remove ``name`` from the registry (a test's or a plugin's own estimator); KeyError if unknown."""
-    _load()
     del _REGISTRY[name]
 
 
 def available() -> dict[str, EstimatorSpec]:
     """All registered estimators by name, in registration order."""
-    _load()
     return dict(_REGISTRY)
 
 
 def get(name: str) -> EstimatorSpec:
     """The spec for ``name``; KeyError with the list of names if unknown."""
-    _load()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -240,8 +237,3 @@ def compute(name: str, inp: EstimatorInput, **params: Any) -> EstimatorOutput:
         )
     with torch.no_grad():
         return spec.fn(inp, **params)
-
-
-def _load() -> None:
-    # The estimator modules register themselves on import.
-    from . import builtin  # noqa: F401
