@@ -69,6 +69,7 @@ from . import native
 
 __all__ = [
     "AGGS",
+    "CLIPPING",
     "LOSSES",
     "ROLLOUT_IS",
     "TokenState",
@@ -119,6 +120,16 @@ ZEROING = (
     | TokenState.CLIPPED_LOW
     | TokenState.DUAL_CLIPPED
     | TokenState.ICEPOP_ZEROED
+    | TokenState.STABILITY_CLAMPED
+)
+
+# The flags whose zero weight is the policy loss's own clipping (PPO's clip and dual clip,
+# Clip-Cov, verl's stability clamp), as against rollout-correction masking (ICEPOP_ZEROED).
+CLIPPING = (
+    TokenState.CLIPPED_HIGH
+    | TokenState.CLIPPED_LOW
+    | TokenState.DUAL_CLIPPED
+    | TokenState.COV_SELECTED
     | TokenState.STABILITY_CLAMPED
 )
 

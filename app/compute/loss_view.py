@@ -180,12 +180,6 @@ def episode_loss_weights(
     return w[0].numpy() * factor, states[0].numpy()
 
 
-# TokenState bits whose zero weight counts as removed by clipping (PPO's clip, dual clip, verl's
-# stability clamp, Clip-Cov) or by rollout-correction masking (IcePop).
-CLIP_BITS = 1 | 2 | 4 | 32 | 64
-MASK_BITS = 16
-
-
 @dataclass(frozen=True)
 class Removed:
     """One episode's |A| mass on policy tokens, the part whose weight is 0 by clipping and by
@@ -197,15 +191,23 @@ class Removed:
     abs_masked: float
     abs_weight: float
 
+    @property
+    def weight_per_abs_advantage(self) -> float | None:
+        """sum |w| / sum |A| over the policy tokens (the per-token loss weight per unit |A| that
+        shows an aggregation's length bias); None without any |A|."""
+        return self.abs_weight / self.abs_advantage if self.length > 0 and self.abs_advantage > 0 else None
+
 
 def removed(advantages: np.ndarray, policy: np.ndarray, w: np.ndarray, states: np.ndarray) -> Removed:
     """The :class:`Removed` of one episode's weights ``w`` and TokenState flags ``states``: a
     policy token with A != 0 and w == 0 is clipped when a clip bit is set, else masked when the
-    IcePop bit is."""
+    IcePop bit is (the TokenState groups ``estimators.loss.CLIPPING`` and ``ICEPOP_ZEROED``)."""
+    from estimators.loss import CLIPPING, TokenState
+
     a = np.abs(np.where(policy, np.nan_to_num(advantages), 0.0))
     zero = policy & (a != 0) & (w == 0)
-    clipped = zero & ((states & CLIP_BITS) != 0)
-    masked = zero & ~clipped & ((states & MASK_BITS) != 0)
+    clipped = zero & ((states & int(CLIPPING)) != 0)
+    masked = zero & ~clipped & ((states & int(TokenState.ICEPOP_ZEROED)) != 0)
     return Removed(
         int(policy.sum()),
         float(a.sum()),
@@ -281,8 +283,8 @@ def batch_loss(
         w, st = episode_loss_weights(adv, policy, lp if has_lp else None, rlp, params, lengths, horizon)
         r = removed(adv, policy, w, st)
         tot += (r.abs_advantage, r.abs_clipped, r.abs_masked)
-        y = r.abs_weight / r.abs_advantage if r.abs_advantage > 0 else None
-        if r.length > 0 and y is not None:
+        y = r.weight_per_abs_advantage
+        if y is not None:
             xs.append(float(r.length))
             ys.append(y)
         rows.append(

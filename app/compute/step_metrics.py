@@ -150,9 +150,9 @@ class StepMetrics:
 
         r = lv.episode_removed(adv, policy, logp, rollout)
         self.loss_abs += (r.abs_advantage, r.abs_clipped, r.abs_masked)
-        if r.length > 0 and r.abs_advantage > 0:
+        if r.weight_per_abs_advantage is not None:
             self.loss_len.append(float(r.length))
-            self.loss_y.append(r.abs_weight / r.abs_advantage)
+            self.loss_y.append(r.weight_per_abs_advantage)
 
     def _add_calls(self, i: int, row: dict, policy: np.ndarray, meta_json: str) -> None:
         calls = json_loads(meta_json).get("calls")

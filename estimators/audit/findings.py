@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .. import groups as G
 from .. import token as TK
-from ..loss import TokenState, loss_weights_and_states
+from ..loss import CLIPPING, TokenState, loss_weights_and_states
 from .batch import Batch, is_token, on_policy_rewards, row_end_rewards
 from .candidates import Cand, broadcast, num, public
 from .constants import (
@@ -379,13 +379,7 @@ def mismatch_unexplained(ctx: Context) -> list[dict[str, Any]]:
 # ---- 5. the loss: large advantages the gradient never sees --------------------------------------
 
 # The TokenState bits whose zero weight counts as PPO clipping (the step metrics' reading).
-_CLIP_BITS = int(
-    TokenState.CLIPPED_HIGH
-    | TokenState.CLIPPED_LOW
-    | TokenState.DUAL_CLIPPED
-    | TokenState.COV_SELECTED
-    | TokenState.STABILITY_CLAMPED
-)
+_CLIP_BITS = int(CLIPPING)
 
 
 def large_advantages(b: Batch) -> Tensor:
