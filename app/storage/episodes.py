@@ -5,8 +5,9 @@ inputs an episode has for the schemes (presence flags, no arrays read)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from app.compute.inputs import inputs_of
 from app.core.arrays import json_loads
@@ -77,6 +78,28 @@ def group_summaries(session: Session, batch_id: int, group: str) -> list[Episode
 def batch_scores(session: Session, batch_id: int) -> list[EpisodeScore]:
     """What the outcome baselines need of every episode of a batch."""
     return _rows(session, batch_id, EpisodeScore)
+
+
+class LossRow(NamedTuple):
+    """What the batch loss view reads of each episode (its arrays still encoded)."""
+
+    slug: str
+    group: str | None
+    kinds: bytes
+    advantages: bytes | None
+    logprobs: bytes | None
+    rollout_logprobs: bytes | None
+
+
+def batch_loss_rows(session: Session, batch_id: int) -> list[LossRow]:
+    """The loss view's columns of every episode of a batch, in upload order."""
+    return _rows(session, batch_id, LossRow)
+
+
+def batch_cells(session: Session, batch_id: int) -> int:
+    """The batch's tokens over all its episodes (a budget check before reading their arrays)."""
+    stmt = select(func.sum(Episode.n_tokens)).where(Episode.batch_id == batch_id)
+    return int(session.execute(stmt).scalar_one() or 0)
 
 
 def episode_inputs_by_slug(session: Session, slug: str) -> Callable[[str], frozenset[str]] | None:

@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 
 import numpy as np
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from sqlmodel import col, func, select
 
 from app.compute import loss_view as lv
 from app.compute.diagnostics import GROUP_DETAIL_BASELINES, group_detail
@@ -22,8 +21,8 @@ from app.storage.audits import audit_blocker
 from app.storage.batch_cache import batch_summary, cached_diagnostics
 from app.storage.batch_stats import compute_batch_diagnostics
 from app.storage.db import SessionDep
-from app.storage.episodes import batch_summaries, group_summaries
-from app.storage.models import Batch, BatchStats, Episode
+from app.storage.episodes import batch_cells, batch_loss_rows, batch_summaries, group_summaries
+from app.storage.models import Batch, BatchStats
 from app.storage.store import batch_by_ref_or_404, batch_ref, delete_batch, list_batches
 from app.storage.store import get_batch as get_batch_row
 
@@ -156,40 +155,25 @@ def get_batch_loss(
 ):
     params = lv.parse(loss, agg, rollout_is, rollout_is_threshold, bypass)
     b = batch_by_ref_or_404(session, batch_id)
-    cols = ("slug", "group", "kinds", "advantages", "logprobs", "rollout_logprobs")
-    n_cells = session.execute(select(func.sum(Episode.n_tokens)).where(Episode.batch_id == b.id)).scalar_one()
     check_budget(
-        int(n_cells or 0) * 8,
+        batch_cells(session, b.id) * 8,
         request.app.state.settings.max_compute_cells,
         f"the loss view of this {b.n_episodes}-episode batch",
         "Upload a smaller batch.",
     )
-    stmt = (
-        select(*(getattr(Episode, c) for c in cols))
-        .where(Episode.batch_id == b.id)
-        .order_by(col(Episode.position))
-    )
     eps = []
-    for r in session.execute(stmt):
-        row = dict(zip(cols, r, strict=True))
-        adv = decode(row["advantages"], F64)
+    for row in batch_loss_rows(session, b.id):
+        adv = decode(row.advantages, F64)
         if adv is None:
             raise ApiError(
                 409,
                 "no_advantages",
-                f"episode {row['slug']} has no uploaded `advantages`: the loss view weighs the trainer's own.",
+                f"episode {row.slug} has no uploaded `advantages`: the loss view weighs the trainer's own.",
                 field="advantages",
             )
-        policy = decode(row["kinds"], np.dtype(np.uint8)) == domain.POLICY
+        policy = decode(row.kinds, np.dtype(np.uint8)) == domain.POLICY
         eps.append(
-            (
-                row["slug"],
-                row["group"],
-                adv,
-                policy,
-                decode(row["logprobs"], F64),
-                decode(row["rollout_logprobs"], F64),
-            )
+            (row.slug, row.group, adv, policy, decode(row.logprobs, F64), decode(row.rollout_logprobs, F64))
         )
     return json_response(lv.batch_loss(eps, params))
 
