@@ -29,6 +29,10 @@ from app.storage.store import batch_by_ref, batch_ref
 router = APIRouter(include_in_schema=False)
 
 
+# The loss view's choices on the episode and batch pages (app/core/views.py).
+LOSS_CHOICES = {"losses": st.LOSSES, "aggs": st.AGGS, "rollout_is": st.ROLLOUT_IS}
+
+
 def wants_json(request: Request) -> bool:
     """True for ``?format=json`` or an Accept header that asks for JSON and not HTML."""
     if request.query_params.get("format") == "json":
@@ -107,7 +111,7 @@ async def episode_page(request: Request, slug: str, session: SessionDep) -> Resp
     }
     nums = {"gamma": st.fmt_num(view.gamma), "lam": st.fmt_num(view.lam)}
     ctx = {"initial": initial, "slug": slug, "view": view, "nums": nums, "task": head[0]}
-    ctx["loss_choices"] = {"losses": st.LOSSES, "aggs": st.AGGS, "rollout_is": st.ROLLOUT_IS}
+    ctx["loss_choices"] = LOSS_CHOICES
     b = session.get(Batch, head[2])
     ref = batch_ref(b) if b is not None else head[2]  # an unlisted batch is linked by its slug
     initial["batch_ref"] = ref
@@ -133,7 +137,7 @@ async def batch_page(request: Request, batch_id: str, session: SessionDep) -> Re
     if b is None:
         return not_found_page(request, f"Batch {batch_id}")
     og = batch_og(request, session, b.id, ref)
-    ctx = {"initial": {**page, "api": api}, "batch_id": ref, "og": og}
+    ctx = {"initial": {**page, "api": api}, "batch_id": ref, "og": og, "loss_choices": LOSS_CHOICES}
     return render(request, "batch.html", {**ctx, "run": run_of_batch(session, b.id)})
 
 
