@@ -82,7 +82,7 @@ def _make_run(db: Path) -> int:
     metrics = StepMetrics()
     for row, ep in zip(rows, eps, strict=True):
         metrics.add(row, ep)
-    base = metrics.result()
+    base = metrics.result(rows)
     for row in rows:
         pack_row(row)  # as the store writes them
     with Session(engine) as session:

@@ -239,6 +239,71 @@ def episode_removed(
     return Removed(clip.length, clip.abs_advantage, clip.abs_clipped, mask.abs_masked, clip.abs_weight)
 
 
+# Cells of one padded block of :func:`episodes_removed` (8 MB per float64 array).
+REMOVED_BLOCK_CELLS = 1 << 20
+
+
+def episodes_removed(
+    episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+) -> list[Removed]:
+    """:func:`episode_removed` of many episodes ``(advantages, policy, logprobs, rollout_logprobs)``,
+    equal to it bit for bit: the weights of both of its losses are per token (``token-sum``, no
+    factor between rows), so the episodes are padded into blocks of at most
+    :data:`REMOVED_BLOCK_CELLS` cells (padding masked out) and each block is one kernel call,
+    not two per episode; the sums are then taken per episode on its own tokens, as there."""
+    from app.core.metrics import STEP_LOSS_ICEPOP
+    from estimators import loss_weights_and_states
+
+    out: list[Removed] = []
+    start = 0
+    while start < len(episodes):
+        T = len(episodes[start][1])
+        stop = start + 1
+        while (
+            stop < len(episodes)
+            and (stop - start + 1) * max(T, len(episodes[stop][1])) <= REMOVED_BLOCK_CELLS
+        ):
+            T = max(T, len(episodes[stop][1]))
+            stop += 1
+        block = episodes[start:stop]
+        B = len(block)
+        a, lp, rlp = (np.zeros((B, T)) for _ in range(3))
+        mask = np.zeros((B, T), dtype=bool)
+        for i, (adv, policy, logp, roll) in enumerate(block):
+            pol = np.asarray(policy, dtype=bool)
+            n = len(pol)
+            mask[i, :n] = pol
+            a[i, :n] = np.nan_to_num(np.where(pol, np.asarray(adv, dtype=np.float64), 0.0))
+            lp[i, :n] = np.nan_to_num(np.asarray(logp, dtype=np.float64))
+            rlp[i, :n] = np.nan_to_num(np.asarray(roll, dtype=np.float64))
+        ta, tlp, trlp, tm = (torch.from_numpy(x) for x in (a, lp, rlp, mask))
+        common = dict(loss=STEP_CLIP.loss, agg="token-sum", rollout_log_prob=trlp)
+        w1, st1 = loss_weights_and_states(
+            ta, tlp, trlp, tm, **common, rollout_is=None,
+            rollout_is_threshold=threshold_value(STEP_CLIP.rollout_is_threshold),
+        )  # fmt: skip
+        w2, st2 = loss_weights_and_states(
+            ta,
+            tlp,
+            tlp,
+            tm,
+            **common,
+            rollout_is="token",
+            rollout_is_threshold=threshold_value(STEP_LOSS_ICEPOP),
+        )
+        w1, st1, w2, st2 = (x.numpy() for x in (w1, st1, w2, st2))
+        for i, (adv, policy, _logp, _roll) in enumerate(block):
+            pol = np.asarray(policy, dtype=bool)
+            n = len(pol)
+            clip = removed(adv, pol, w1[i, :n], st1[i, :n])
+            mask_r = removed(adv, pol, w2[i, :n], st2[i, :n])
+            out.append(
+                Removed(clip.length, clip.abs_advantage, clip.abs_clipped, mask_r.abs_masked, clip.abs_weight)
+            )
+        start = stop
+    return out
+
+
 def marks(states: np.ndarray, zeroing_only: bool = False) -> list[dict[str, Any]]:
     """Finding-style marks (code, severity info, message, positions) for the flagged tokens."""
     out = []

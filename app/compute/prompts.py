@@ -44,31 +44,42 @@ class PromptStep:
         return self.sum_abs_adv / self.n_adv_tokens if self.has_adv and self.n_adv_tokens else None
 
 
-def prompt_of(row: dict[str, Any]) -> tuple[str, str, int]:
-    """(key, text, number of tokens) of a prepared row's leading prompt."""
+def prompt_key(row: dict[str, Any]) -> tuple[str, int]:
+    """(key, number of tokens) of a prepared row's leading prompt (see the module docstring)."""
     kinds = decode(row["kinds"], np.dtype(np.uint8))
     not_prompt = np.flatnonzero(kinds != domain.PROMPT)
     k = int(not_prompt[0]) if len(not_prompt) else len(kinds)
     ids = decode(row.get("token_ids"), I32)
-    text_json = row.get("tokens_json")
-    tokens = json_loads(text_json) if text_json and text_json != "null" else None
     if ids is not None:
         key_bytes = b"ids:" + ids[:k].astype("<i4").tobytes()
     else:
-        key_bytes = b"text:" + "\x00".join(tokens[:k] if tokens else []).encode()
+        key_bytes = b"text:" + "\x00".join((_tokens(row) or [])[:k]).encode()
+    return hashlib.sha256(key_bytes).hexdigest()[:16], k
+
+
+def prompt_text(row: dict[str, Any], k: int) -> str:
+    """The display text of a prepared row's first ``k`` tokens (at most :data:`PROMPT_TEXT_MAX`
+    characters; each token is at least one character, so no more tokens than that are read)."""
+    tokens = _tokens(row)
     if tokens is None:
-        tokens = id_tokens(ids[:k]) if ids is not None else []
-    text = join_tokens(tokens[:k])[:PROMPT_TEXT_MAX]
-    return hashlib.sha256(key_bytes).hexdigest()[:16], text, k
+        ids = decode(row.get("token_ids"), I32)
+        tokens = [] if ids is None else id_tokens(ids[: min(k, PROMPT_TEXT_MAX)])
+    return join_tokens(tokens[: min(k, PROMPT_TEXT_MAX)])[:PROMPT_TEXT_MAX]
+
+
+def _tokens(row: dict[str, Any]) -> list[str] | None:
+    text_json = row.get("tokens_json")
+    return json_loads(text_json) if text_json and text_json != "null" else None
 
 
 def prompt_steps(rows: list[dict[str, Any]], kept: set[int] | None = None) -> list[PromptStep]:
     """A step's prompts over all its prepared rows; ``kept``: the indices stored in full."""
     out: dict[str, PromptStep] = {}
     for i, row in enumerate(rows):
-        key, text, n_tokens = prompt_of(row)
+        key, n_tokens = prompt_key(row)
         p = out.get(key)
-        if p is None:
+        if p is None:  # the text once per prompt, not once per episode
+            text = prompt_text(row, n_tokens)
             p = out[key] = PromptStep(key=key, prompt=text, n_tokens=n_tokens, group=row.get("group"))
         p.n += 1
         p.n_passed += bool(row["passed"])
@@ -81,3 +92,9 @@ def prompt_steps(rows: list[dict[str, Any]], kept: set[int] | None = None) -> li
             p.sum_abs_adv += float(np.abs(adv[policy]).sum())
             p.n_adv_tokens += int(policy.sum())
     return list(out.values())
+
+
+def count_kept(prompts: list[PromptStep], kept: set[int]) -> None:
+    """Set each prompt's ``n_kept`` to its episodes among ``kept`` (the indices stored in full)."""
+    for p in prompts:
+        p.n_kept = sum(1 for i in p.members if i in kept)

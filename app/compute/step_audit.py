@@ -8,6 +8,9 @@ the audit's budget (``audit_max_cells``); else not (the step is stored all the s
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +44,18 @@ def step_audit(rows: list[dict[str, Any]], settings: Settings | None) -> StepAud
     t0 = time.perf_counter()
     body, refs = run_audit(arrays, turn_ids=all(r.get("turn_ids") is not None for r in rows))
     return StepAudit(body=body, refs=refs, seconds=time.perf_counter() - t0)
+
+
+@contextmanager
+def step_audit_beside(
+    rows: list[dict[str, Any]], settings: Settings | None
+) -> Iterator[Callable[[], StepAudit | None]]:
+    """:func:`step_audit` started in a thread of its own; yields the function that waits for its
+    answer. Torch releases the GIL, so the caller's work runs beside it on another core. (The
+    thread has the process's torch threads, one by default: on these 2-core machines the audit
+    took 2.4-2.6 s on one torch thread and 2.9-3.0 s on two, bench/retention.py's step.)"""
+    with ThreadPoolExecutor(1, thread_name_prefix="creditlens-step-audit") as pool:
+        yield pool.submit(step_audit, rows, settings).result
 
 
 def kept_audit(body: dict[str, Any], kept: list[int], slugs: list[str], kinds: list[np.ndarray]) -> dict:

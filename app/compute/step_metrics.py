@@ -37,7 +37,7 @@ from app.core.arrays import F64, I32, SIGNAL_FIELDS, decode, json_loads
 def _array(row: dict, ep: Any, name: str, n: int) -> np.ndarray | None:
     """[n] float64 of a per-token field, or None when absent, of the wrong length or not finite."""
     raw = row.get(name)
-    if isinstance(raw, np.ndarray | bytes | bytearray | memoryview):
+    if _is_column(raw):
         arr = decode(raw, F64)  # a store row's column: validated finite, one per token
         return arr if arr.shape == (n,) else None
     else:
@@ -53,6 +53,19 @@ def _array(row: dict, ep: Any, name: str, n: int) -> np.ndarray | None:
     if arr.shape != (n,) or not np.isfinite(arr).all():
         return None
     return arr
+
+
+_LOSS_INPUTS = ("advantages", "logprobs", "rollout_logprobs")
+
+
+def _is_column(raw: Any) -> bool:
+    return isinstance(raw, np.ndarray | bytes | bytearray | memoryview)
+
+
+def _removed(adv: np.ndarray, policy: np.ndarray, logp: np.ndarray, rollout: np.ndarray) -> Any:
+    from app.compute import loss_view as lv  # torch: imported only when a step carries log-probs
+
+    return lv.episode_removed(adv, policy, logp, rollout)
 
 
 class _Mean:
@@ -92,10 +105,11 @@ class StepMetrics:
         # episode index -> (effect of each call, policy tokens of each call) for passing episodes
         # with meta.calls (a failing one gets no positive credit).
         self.calls: dict[int, tuple[list[str], np.ndarray]] = {}
-        # The loss metrics: sum |A| on policy tokens, clipped, masked; per episode (L, y).
-        self.loss_abs = np.zeros(3)
-        self.loss_len: list[float] = []
-        self.loss_y: list[float] = []
+        # The loss metrics, per episode index (summed in index order by result()). An episode whose
+        # inputs are all the row's own columns is computed later, by add_deferred (the store runs it
+        # beside the step's audit), so the row is not decoded twice now.
+        self.removed: dict[int, Any] = {}
+        self.deferred: list[int] = []
 
     def add(self, row: dict, ep: Any = None) -> None:
         # Per-token fields (``SIGNAL_FIELDS`` and the rest) come from the store row (bytes) when the
@@ -133,7 +147,10 @@ class StepMetrics:
                     m if self.max_abs_log_ratio is None else max(m, self.max_abs_log_ratio)
                 )
         if adv is not None and logp is not None and signals["rollout_logprobs"] is not None:
-            self._add_loss(adv, policy, logp, signals["rollout_logprobs"])
+            if all(_is_column(row.get(name)) for name in _LOSS_INPUTS):
+                self.deferred.append(i)
+            else:
+                self.removed[i] = _removed(adv, policy, logp, signals["rollout_logprobs"])
         values = _array(row, ep, "values", n)
         if values is not None:
             rewards = _array(row, ep, "rewards", n)
@@ -145,14 +162,23 @@ class StepMetrics:
         if '"calls"' in meta_json and row["passed"]:
             self._add_calls(i, row, policy, meta_json)
 
-    def _add_loss(self, adv: np.ndarray, policy: np.ndarray, logp: np.ndarray, rollout: np.ndarray) -> None:
+    def add_deferred(self, rows: list[dict]) -> None:
+        """The loss metrics of the episodes :meth:`add` deferred; ``rows`` every row it was given,
+        in order. Call before :meth:`result` (it also runs them if nobody did)."""
+        if not self.deferred:
+            return
         from app.compute import loss_view as lv  # torch: imported only when a step carries log-probs
 
-        r = lv.episode_removed(adv, policy, logp, rollout)
-        self.loss_abs += (r.abs_advantage, r.abs_clipped, r.abs_masked)
-        if r.weight_per_abs_advantage is not None:
-            self.loss_len.append(float(r.length))
-            self.loss_y.append(r.weight_per_abs_advantage)
+        inputs = []
+        for i in self.deferred:
+            row = rows[i]
+            n = int(row["n_tokens"])
+            policy = decode(row["kinds"], np.dtype(np.uint8)) == domain.POLICY
+            adv, logp, rollout = (_array(row, None, name, n) for name in _LOSS_INPUTS)
+            assert adv is not None and logp is not None and rollout is not None  # add() checked them
+            inputs.append((adv, policy, logp, rollout))
+        self.removed.update(zip(self.deferred, lv.episodes_removed(inputs), strict=True))
+        self.deferred = []
 
     def _add_calls(self, i: int, row: dict, policy: np.ndarray, meta_json: str) -> None:
         calls = json_loads(meta_json).get("calls")
@@ -165,9 +191,23 @@ class StepMetrics:
             return
         self.calls[i] = (metrics.call_effects(calls), tokens)
 
-    def result(self) -> dict[str, float | int | None]:
+    def result(self, rows: list[dict] | None = None) -> dict[str, float | int | None]:
         """The step's metrics (:data:`app.core.metrics.STEP_METRICS` plus ``n_episodes``); None
-        where not computable."""
+        where not computable. ``rows``: the rows given to :meth:`add`, needed while some of its
+        loss metrics are deferred (:meth:`add_deferred`)."""
+        if self.deferred:
+            if rows is None:
+                raise ValueError("StepMetrics.result needs the rows: some loss metrics are deferred")
+            self.add_deferred(rows)
+        loss_abs = np.zeros(3)
+        loss_len: list[float] = []
+        loss_y: list[float] = []
+        for i in sorted(self.removed):
+            r = self.removed[i]
+            loss_abs += (r.abs_advantage, r.abs_clipped, r.abs_masked)
+            if r.weight_per_abs_advantage is not None:
+                loss_len.append(float(r.length))
+                loss_y.append(r.weight_per_abs_advantage)
         B = len(self.scores)
         scores = np.asarray(self.scores, dtype=np.float64)
         passed = np.asarray(self.passed, dtype=bool)
@@ -191,9 +231,9 @@ class StepMetrics:
             "max_abs_log_ratio": self.max_abs_log_ratio,
             "explained_variance": metrics.explained_variance_from_sums(*(float(x) for x in self.ev)),
             "useless_credit_share": self._useless_credit(scores, passed),
-            "clip_fraction": metrics.removed_share(self.loss_abs[1], self.loss_abs[0]),
-            "masked_fraction": metrics.removed_share(self.loss_abs[2], self.loss_abs[0]),
-            "length_bias_slope": metrics.length_bias_slope(self.loss_len, self.loss_y),
+            "clip_fraction": metrics.removed_share(loss_abs[1], loss_abs[0]),
+            "masked_fraction": metrics.removed_share(loss_abs[2], loss_abs[0]),
+            "length_bias_slope": metrics.length_bias_slope(loss_len, loss_y),
         }
 
     def _useless_credit(self, scores: np.ndarray, passed: np.ndarray) -> float | None:

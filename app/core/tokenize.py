@@ -19,6 +19,9 @@ NAME = "gpt2-pretokenizer-regex"
 _PATTERN = re.compile(r"""'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+""")
 
 
+_SPACE = re.compile(r"\s")
+
+
 def tokenize(text: str) -> list[str]:
     """Split ``text`` into GPT-2 pre-tokens; the pieces concatenate back to ``text``."""
     return _PATTERN.findall(text)
@@ -29,6 +32,7 @@ def join_tokens(tokens: list[str]) -> str:
     tokenizer's decoded pieces, or ``tokenize`` above) are concatenated as they are; tokens that
     never hold whitespace at all, as word-level tokens such as the built-in simulator's are, are
     joined with single spaces, so "Fix the bug" does not read "Fixthebug"."""
-    if len(tokens) > 1 and not any(any(c.isspace() for c in t) for t in tokens):
+    text = "".join(tokens)
+    if len(tokens) > 1 and not _SPACE.search(text):
         return " ".join(tokens)
-    return "".join(tokens)
+    return text

@@ -177,16 +177,24 @@ def search(session: Session, run_id: int, params: list[tuple[str, str]]) -> Sear
     order = _order(seen.get("sort"))
     where = and_(*conditions)
     total = session.execute(select(func.count()).select_from(EpisodeSearch).where(where)).scalar_one()
-    # The page first, then its batches' refs: a join before the sort and the limit would look up
-    # the batch of every matching episode.
-    stmt = (
-        select(*(getattr(EpisodeSearch, c) for c in COLUMNS))
-        .where(where)
-        .order_by(*order)
-        .offset(offset)
-        .limit(limit)
-    )
-    rows = [dict(zip(COLUMNS, r, strict=True)) for r in session.execute(stmt).all()]
+    # The page's ids first (sorted and skipped over the narrow index entries: a deep page does not
+    # read the rows it skips), then those rows, then their batches' refs: a join before the sort
+    # and the limit would look up the batch of every matching episode.
+    page_ids = [
+        i
+        for (i,) in session.execute(
+            select(EpisodeSearch.episode_id).where(where).order_by(*order).offset(offset).limit(limit)
+        ).all()
+    ]
+    by_id = {
+        r[0]: r[1:]
+        for r in session.execute(
+            select(EpisodeSearch.episode_id, *(getattr(EpisodeSearch, c) for c in COLUMNS)).where(
+                col(EpisodeSearch.episode_id).in_(page_ids)
+            )
+        ).all()
+    }
+    rows = [dict(zip(COLUMNS, by_id[i], strict=True)) for i in page_ids if i in by_id]
     batch_ids = sorted({r["batch_id"] for r in rows})
     refs = {
         b: (slug if visibility == "unlisted" and slug else b)

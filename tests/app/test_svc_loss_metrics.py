@@ -94,3 +94,28 @@ def test_the_run_page_reads_the_loss_metrics_from_the_catalogue():
     assert names == ["clip_fraction", "masked_fraction"] and figs["loss-removed"]["percent"]
     assert [m["name"] for m in figs["length-bias"]["metrics"]] == ["length_bias_slope"]
     assert {"clip_fraction", "masked_fraction", "length_bias_slope"} <= set(metrics.STEP_METRICS)
+
+
+def test_the_step_metrics_batched_loss_equals_the_episode_by_episode_one(monkeypatch):
+    """app/compute/loss_view.episodes_removed (the step metrics' path at ingest: padded blocks, one
+    kernel call each) gives exactly episode_removed's numbers, episode by episode, on episodes of
+    different lengths with NaN log-probs, tool tokens, clipped and IcePop-masked ratios, across
+    block boundaries (a block of 2,000 cells here)."""
+    import numpy as np
+
+    from app.compute import loss_view as lv
+
+    monkeypatch.setattr(lv, "REMOVED_BLOCK_CELLS", 2_000)
+    rng = np.random.default_rng(7)
+    eps = []
+    for n in (1, 700, 5, 999, 1_000, 3, 2_500, 64):
+        policy = rng.random(n) < 0.7
+        adv = rng.normal(0, 2, n)
+        logp = -rng.exponential(1.0, n)
+        roll = logp + rng.normal(0, 0.6, n)  # ratios well outside 0.8-1.2 and 0.5-2
+        logp[rng.random(n) < 0.01] = np.nan
+        eps.append((adv, policy, logp, roll))
+    got = lv.episodes_removed(eps)
+    want = [lv.episode_removed(*e) for e in eps]
+    assert got == want
+    assert any(r.abs_clipped > 0 for r in got) and any(r.abs_masked > 0 for r in got)
