@@ -131,7 +131,24 @@ class EpisodeSearch(SQLModel, table=True):
 
     __tablename__ = "episode_search"
     __table_args__ = (
-        Index("ix_episode_search_run_step", "run_id", "step", "position"),
+        # The step order's index, with every numeric search field after it (migration 0012): a
+        # filter or sort on any of them over a run reads this index alone, not one table row per
+        # episode (bench/retention.py: 52 -> 23 ms of SQLite over a 1,000-step run's 64,000).
+        Index(
+            "ix_episode_search_run_step_fields",
+            "run_id",
+            "step",
+            "position",
+            "reward",
+            "passed",
+            "n_tokens",
+            "n_tool_tokens",
+            "max_abs_adv",
+            "nonpolicy_abs_adv_share",
+            "max_ratio",
+            "mean_entropy",
+            "n_findings",
+        ),
         Index("ix_episode_search_run_max_abs_adv", "run_id", "max_abs_adv"),
         Index("ix_episode_search_run_reward", "run_id", "reward"),
     )
