@@ -65,11 +65,43 @@ CHROMIUM_ARGS = [
 SLOW_TIMEOUT_S = 1200
 
 
+# The files that take longest on CI's 2-core machine (its `--durations`, 2026-12-03), longest first.
+# `make test` runs files on two processes (`--dist loadfile`), each taking the next file when it is
+# done: the long ones first, so no process is left with a long file at the end while the other
+# waits (the Docker image's file is third: its base images may still be in the making when the
+# suite starts). Any other file with a ``slow`` test comes after them, then the rest in their order.
+LONGEST_FIRST = (
+    "tests/house/test_bench_quick.py",
+    "tests/deploy/test_package_data.py",
+    "tests/deploy/test_docker.py",
+    "tests/deploy/test_jobs_workers.py",
+    "tests/adversarial/test_adv_load.py",
+    "tests/adversarial/test_adv_crash.py",
+    "tests/deploy/test_client_wheel.py",
+    "tests/deploy/test_workers.py",
+    "tests/client/test_spool.py",
+    "tests/client/test_watch.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every ``slow`` test the longer timeout unless it sets its own."""
+    """Give every ``slow`` test the longer timeout unless it sets its own; run the longest files
+    first (:data:`LONGEST_FIRST`)."""
+    slow_files = set()
     for item in items:
-        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
-            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        if item.get_closest_marker("slow"):
+            slow_files.add(item.path)
+            if not item.get_closest_marker("timeout"):
+                item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+    root = Path(__file__).resolve().parent.parent
+    rank = {root / name: k for k, name in enumerate(LONGEST_FIRST)}
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        if item.path in rank:
+            return 0, rank[item.path]
+        return (1, 0) if item.path in slow_files else (2, 0)
+
+    items.sort(key=order)  # stable: each file's tests keep their order
 
 
 @pytest.fixture(scope="session")
