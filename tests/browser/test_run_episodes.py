@@ -80,7 +80,7 @@ def test_sort_filter_and_the_address_as_state(page, run):
     assert page.locator("#episodes tbody tr").all_text_contents() == rows
     # Removing a filter's chip drops it from the address and the table.
     page.click('.chip[data-param="step__gt"] .chip-x')
-    page.wait_for_function("!location.search.includes('step__gt')")
+    page.wait_for_function("() => !location.search.includes('step__gt')")
     page.wait_for_selector('#episodes[data-ready="1"]')
     assert page.locator("#episodes tbody tr").count() == 6
     # A row's link opens the episode.
@@ -97,5 +97,5 @@ def test_a_bad_filter_in_the_address_says_which_parameter(page, run):
 
 def test_a_kept_step_says_how_many_it_kept(page, run):
     page.goto(f"/b/{run['batches'][1]}")
-    page.wait_for_function("document.getElementById('b-meta').textContent.includes('kept')")
+    page.wait_for_function("() => document.getElementById('b-meta').textContent.includes('kept')")
     assert "4 of 8 episodes kept" in page.text_content("#b-meta")
