@@ -134,6 +134,9 @@ class EstimatorSpec:
     may_read:    inputs it reads when they are given and does without otherwise.
     params:      the keyword parameters it accepts, with defaults (documented choices).
     verl_name:   the name in verl 0.9.1's registry this corresponds to, if any.
+    trainer:     for a trainer's dialect (``"<trainer>:<name>"``): the key of :data:`TRAINERS` whose
+                 code it reproduces, quirks included; None for the reference estimators.
+    version:     the trainer's version whose code the dialect reproduces (and is checked against).
     """
 
     name: str
@@ -145,6 +148,8 @@ class EstimatorSpec:
     may_read: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
     verl_name: str | None = None
+    trainer: str | None = None
+    version: str | None = None
 
     @property
     def needs_values(self) -> bool:
@@ -163,6 +168,18 @@ class EstimatorSpec:
 
 _REGISTRY: dict[str, EstimatorSpec] = {}
 
+# The trainers whose credit the dialects reproduce: key -> (display name, the version checked).
+TRAINERS: dict[str, tuple[str, str]] = {
+    "verl": ("verl", "0.9.1"),
+    "trl": ("TRL", "1.16.0"),
+    "openrlhf": ("OpenRLHF", "0.11.2"),
+    "skyrl": ("SkyRL", "0.3.0"),
+    "areal": ("AReaL", "1.0.4"),
+    "nemo_rl": ("NeMo-RL", "0.7.0"),
+    "prime_rl": ("prime-rl", "0.8.1.dev"),
+    "slime": ("slime", "0.3.1"),
+}
+
 
 def register(
     name: str,
@@ -174,10 +191,23 @@ def register(
     may_read: tuple[str, ...] = (),
     params: dict[str, Any] | None = None,
     verl_name: str | None = None,
+    trainer: str | None = None,
+    version: str | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator: add ``fn`` to the registry under ``name``. ``reads``/``may_read``: see
-    :class:`EstimatorSpec` (names from :data:`INPUTS`)."""
+    :class:`EstimatorSpec` (names from :data:`INPUTS`). A trainer's dialect is registered as
+    ``"<trainer>:<the trainer's own name>"`` with ``trainer`` (a key of :data:`TRAINERS`) and the
+    ``version`` of the code it reproduces."""
 
+    if trainer is not None:
+        if trainer not in TRAINERS:
+            raise ValueError(f"unknown trainer {trainer!r}; known: {', '.join(TRAINERS)}")
+        if not name.startswith(f"{trainer}:"):
+            raise ValueError(f"a {trainer} dialect is named '{trainer}:<name>', not {name!r}")
+        if not version:
+            raise ValueError(f"dialect {name!r} must say which {trainer} version it reproduces")
+    elif ":" in name:
+        raise ValueError(f"{name!r}: only a trainer's dialect (trainer=...) has a ':' in its name")
     if kind not in ("outcome", "token", "turn"):
         raise ValueError(f"kind must be outcome, token or turn, not {kind!r}")
     unknown = [x for x in (*reads, *may_read) if x not in INPUTS]
@@ -197,6 +227,8 @@ def register(
             may_read=tuple(may_read),
             params=dict(params or {}),
             verl_name=verl_name,
+            trainer=trainer,
+            version=version,
         )
         return fn
 
