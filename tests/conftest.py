@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from databases import PgDatabases, SqliteTemplate
+
+from tests.databases import PgDatabases, SqliteTemplate
 
 # The client's spool (unsent run steps on disk) goes to a folder of this test session, never the
 # user's cache; subprocesses inherit it. A test that needs its own passes Client(spool_dir=...).

@@ -173,7 +173,7 @@ def summary_advantages(
     """[B] per-episode outcome advantages of registry scheme ``name`` (an outcome estimator that
     reads only summaries: scores, groups and, if it reads them, ``lengths`` policy tokens per
     episode) from [B] columns: the registry call on [B, 1] rows of scores. Equal to the estimator
-    on the padded [B, T_max] batch (tests/app/test_svc_memory.py) at O(B) memory. ``rewarded`` [B]
+    on the padded [B, T_max] batch (tests/app/compute/test_svc_memory.py) at O(B) memory. ``rewarded`` [B]
     bool: only those episodes enter the statistics (the others get 0; their rows are shown null)."""
     spec = get(name)
     if not spec.from_summaries:

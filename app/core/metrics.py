@@ -8,7 +8,7 @@ credit are the rules of app/core/domain.py; "policy tokens" are the tokens of ki
 
 A new metric goes here: a :class:`Metric` in :data:`METRICS` (in the run page's figure it belongs
 to) and, if it needs more than a mean, a function below; a run step's metric is then fed by
-:class:`app.compute.step_metrics.StepMetrics` (tests/app/test_metrics.py fails until it is).
+:class:`app.compute.step_metrics.StepMetrics` (tests/app/core/test_metrics.py fails until it is).
 Stored metric JSON uses these names, so a name never changes once released.
 """
 

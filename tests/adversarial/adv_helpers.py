@@ -56,4 +56,4 @@ def db_fingerprint(engine: Engine) -> dict[str, tuple[int, str]]:
 
 # ---- real server processes (shared with the other suites: tests/live_server.py) -------------------
 
-from live_server import Server, cpu_seconds, free_port  # noqa: E402,F401
+from tests.live_server import Server, cpu_seconds, free_port  # noqa: E402,F401

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from adv_helpers import Server, cpu_seconds
+
+from tests.adversarial.adv_helpers import Server, cpu_seconds
 
 # The size: 3000 episodes x 2000 tokens, ~100 MB of JSONL, a write transaction of ~60 MB.
 # CREDITLENS_CRASH_EPISODES / CREDITLENS_CRASH_TOKENS change it (e.g. smaller on a slow machine).

@@ -13,12 +13,13 @@ import time
 from urllib.parse import quote
 
 import schemathesis
-from adv_helpers import fuzz_app
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 from sqlalchemy import text
+
+from tests.adversarial.adv_helpers import fuzz_app
 
 APP = fuzz_app()
 with APP.state.engine.connect() as _c:

@@ -14,7 +14,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from adv_helpers import ROOT
+
+from tests.adversarial.adv_helpers import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from adv_helpers import ROOT, db_fingerprint
 from fastapi.testclient import TestClient
 
 from app.core.settings import Settings
 from app.main import create_app
+from tests.adversarial.adv_helpers import ROOT, db_fingerprint
 
 CORPUS = ROOT / "fixtures" / "malformed"
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
@@ -208,7 +208,7 @@ def test_chunked_oversize_is_never_spooled_by_a_real_server(how, tmp_path):
     files it holds open (the form parser spools file parts beyond 1 MB) never grow past a few MB."""
     import threading
 
-    from adv_helpers import Server
+    from tests.adversarial.adv_helpers import Server
 
     spool = tmp_path / "spool"
     spool.mkdir()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from adv_helpers import Server
 
 from estimators import available
+from tests.adversarial.adv_helpers import Server
 
 LONG = 131_000
 BUDGET_MB = 300

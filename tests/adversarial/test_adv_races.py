@@ -8,7 +8,8 @@ import threading
 
 import httpx
 import pytest
-from adv_helpers import Server
+
+from tests.adversarial.adv_helpers import Server
 
 
 def _batch(n: int, name: str = "race") -> bytes:

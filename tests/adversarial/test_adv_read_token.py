@@ -10,9 +10,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from live_server import Server
 
 from app.http.access import COOKIE, cookie_value
+from tests.live_server import Server
 
 READ = "read-token-for-tests"
 WRITE = "write-token-for-tests"

@@ -15,9 +15,10 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from adv_helpers import Server
-from page_probe import PageProbe
-from test_adv_security import EVIL, IMG, SCRIPT, TEMPLATE, evil_episode
+
+from tests.adversarial.adv_helpers import Server
+from tests.adversarial.test_adv_security import EVIL, IMG, SCRIPT, TEMPLATE, evil_episode
+from tests.page_probe import PageProbe
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from svc_helpers import make_client
+
+from tests.app.svc_helpers import make_client
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import browser_data as data
 import httpx
+
+from tests.browser import browser_data as data
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"

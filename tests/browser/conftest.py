@@ -3,11 +3,12 @@ by Playwright (sync API) through Debian's /usr/bin/chromium, headless."""
 
 from __future__ import annotations
 
-import browser_data as data
 import pytest
-from browser_util import upload
-from live_server import Server
-from page_probe import PageProbe
+
+from tests.browser import browser_data as data
+from tests.browser.browser_util import upload
+from tests.live_server import Server
+from tests.page_probe import PageProbe
 
 
 @pytest.fixture(scope="session")

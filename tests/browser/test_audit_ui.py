@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from browser_util import shot, upload, wait_ready
+
+from tests.browser.browser_util import shot, upload, wait_ready
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "audit"
 POS, WHITE, ERROR_RED = [33, 102, 172], [255, 255, 255], [215, 25, 28]
@@ -67,7 +68,7 @@ def test_batch_page_lists_findings_and_opens_the_first_token(page, perturbed):
 
 
 def test_batch_without_advantages_says_which_field_to_upload(page, server):
-    import browser_data as data
+    from tests.browser import browser_data as data
 
     body = upload(server, "audit-none", [data.handbuilt()])
     page.goto(f"/b/{body['batch_id']}")

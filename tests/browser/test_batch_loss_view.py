@@ -1,18 +1,19 @@
 """The batch page's loss view against the real server in headless Chromium: the Plotly chart of
 per-token weight per unit |A| against response length (hand-computed values, see
-tests/app/test_svc_batch_loss.py), the |A| share removed by clipping, and the controls writing
+tests/app/compute/test_svc_batch_loss.py), the |A| share removed by clipping, and the controls writing
 the URL; a batch without log-probs says so."""
 
 from __future__ import annotations
 
 import pytest
-from browser_util import upload, wait_ready
+
+from tests.browser.browser_util import upload, wait_ready
 
 pytestmark = pytest.mark.browser
 
 
 def two_episodes() -> list[dict]:
-    """As tests/app/test_svc_loss_metrics.py: e0 2 policy tokens, A = +1, log-ratios (+0.5, 0);
+    """As tests/app/compute/test_svc_loss_metrics.py: e0 2 policy tokens, A = +1, log-ratios (+0.5, 0);
     e1 4 policy tokens, A = -0.5, log-ratios (0, +0.8, 0, -1)."""
     return [
         {
@@ -49,7 +50,7 @@ def test_the_chart_and_the_removed_share(page, server):
     assert trace["y"] == [pytest.approx(0.25), pytest.approx(0.125)]
     assert page.locator("#fig-loss .scatterlayer .points path").count() == 2
     assert "Clipping removes 0.0%" in page.locator("#loss-removed").inner_text()
-    # Bypass: 1.5 of the |A| mass 4 clipped (tests/app/test_svc_loss_metrics.py).
+    # Bypass: 1.5 of the |A| mass 4 clipped (tests/app/compute/test_svc_loss_metrics.py).
     page.evaluate("document.getElementById('loss-box').dataset.ready = ''")
     page.locator("#loss-bypass").check()
     wait_ready(page, "#loss-box")

@@ -6,7 +6,8 @@ there is nothing to audit)."""
 from __future__ import annotations
 
 import pytest
-from browser_util import SHOTS, shot, upload
+
+from tests.browser.browser_util import SHOTS, shot, upload
 
 
 def _episode(i: int, advantages: bool = False) -> dict:

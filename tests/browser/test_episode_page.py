@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
-import browser_data as data
 import httpx
 import pytest
-from browser_util import ROOT, shot, upload, wait_ready
+
+from tests.browser import browser_data as data
+from tests.browser.browser_util import ROOT, shot, upload, wait_ready
 
 pytestmark = pytest.mark.browser
 

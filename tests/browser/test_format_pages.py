@@ -9,7 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from browser_util import shot, wait_ready
+
+from tests.browser.browser_util import shot, wait_ready
 
 pytestmark = pytest.mark.browser
 

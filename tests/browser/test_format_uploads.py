@@ -11,8 +11,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from browser_util import ROOT, shot, wait_ready
 from playwright.sync_api import expect
+
+from tests.browser.browser_util import ROOT, shot, wait_ready
 
 pytestmark = pytest.mark.browser
 

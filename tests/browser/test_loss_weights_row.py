@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from browser_util import shot, upload, wait_ready
+
+from tests.browser.browser_util import shot, upload, wait_ready
 
 pytestmark = pytest.mark.browser
 

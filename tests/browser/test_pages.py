@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 
-import browser_data as data
 import httpx
 import pytest
-from browser_util import shot, upload, wait_ready
 from playwright.sync_api import expect
+
+from tests.browser import browser_data as data
+from tests.browser.browser_util import shot, upload, wait_ready
 
 pytestmark = pytest.mark.browser
 

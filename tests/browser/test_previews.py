@@ -11,11 +11,11 @@ import math
 
 import httpx
 import pytest
-from browser_util import upload
 
 from app.core import urls
 from app.core import views as st
 from app.http.web import preview as pv
+from tests.browser.browser_util import upload
 
 pytestmark = pytest.mark.browser
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import browser_data as data
 import pytest
-from browser_util import shot, upload, wait_ready
+
+from tests.browser import browser_data as data
+from tests.browser.browser_util import shot, upload, wait_ready
 
 pytestmark = pytest.mark.browser
 

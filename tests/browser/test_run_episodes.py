@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs, urlparse
 
-import browser_data as data
 import pytest
-from browser_util import shot
+
+from tests.browser import browser_data as data
+from tests.browser.browser_util import shot
 
 pytestmark = pytest.mark.browser
 

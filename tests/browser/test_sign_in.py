@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 
-import browser_data as data
 import httpx
 import pytest
-from browser_util import shot
-from live_server import Server
+
+from tests.browser import browser_data as data
+from tests.browser.browser_util import shot
+from tests.live_server import Server
 
 pytestmark = pytest.mark.browser
 

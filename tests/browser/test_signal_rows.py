@@ -5,7 +5,8 @@ layout puts each token, clicks and key presses as a user makes them, waits on co
 from __future__ import annotations
 
 import pytest
-from browser_util import shot, upload, wait_ready
+
+from tests.browser.browser_util import shot, upload, wait_ready
 
 pytestmark = pytest.mark.browser
 

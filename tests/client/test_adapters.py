@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from servers import HTTPServer
-from trainers import TRL_PROMPTS, byte_level_tokenizer, trl_trainer, verl_dataproto
 
 from app.ingest import parse_upload
 from creditlens import Client
+from tests.client.servers import HTTPServer
+from tests.client.trainers import TRL_PROMPTS, byte_level_tokenizer, trl_trainer, verl_dataproto
 
 torch = pytest.importorskip("torch")
 

@@ -9,10 +9,10 @@ import warnings
 import httpx
 import numpy as np
 import pytest
-from servers import HoldingServer, HTTPServer, closed_port
 
 from app.ingest import parse_upload
 from creditlens import Client, _batch
+from tests.client.servers import HoldingServer, HTTPServer, closed_port
 
 B, T = 4, 16
 

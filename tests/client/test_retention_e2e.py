@@ -10,9 +10,9 @@ import json
 import httpx
 import numpy as np
 import pytest
-from live_server import Server
 
 from creditlens import Client
+from tests.live_server import Server
 
 torch = pytest.importorskip("torch")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from live_server import Server
-from trainers import TRL_PROMPTS, byte_level_tokenizer, trl_trainer, verl_dataproto
 
 from creditlens import Client
+from tests.client.trainers import TRL_PROMPTS, byte_level_tokenizer, trl_trainer, verl_dataproto
+from tests.live_server import Server
 
 torch = pytest.importorskip("torch")
 

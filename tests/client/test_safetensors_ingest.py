@@ -10,9 +10,9 @@ import struct
 import numpy as np
 import pytest
 from safetensors.numpy import save
-from svc_helpers import make_client, row_counts
 
 from creditlens import _batch
+from tests.app.svc_helpers import make_client, row_counts
 
 B, T = 3, 8
 

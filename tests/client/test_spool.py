@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from live_server import Server
-from servers import SlowProxy, closed_port
 
 from creditlens import Client
+from tests.client.servers import SlowProxy, closed_port
+from tests.live_server import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 B, T = 4, 16

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from live_server import ROOT, Server, free_port
-from servers import HTTPServer
 
 from creditlens import Client
 from creditlens.watch import default_state_path, incomplete_reason
+from tests.client.servers import HTTPServer
+from tests.live_server import ROOT, Server, free_port
 
 DEADLINE_S = 90.0
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from live_server import Server
 from packaging.requirements import Requirement
+
+from tests.live_server import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 

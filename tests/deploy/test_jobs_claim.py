@@ -10,12 +10,12 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from jobs_helpers import fresh_pg_database
 from sqlalchemy import text, update
 
 from app.core.errors import ApiError
 from app.storage import jobs
 from app.storage.db import init_db, make_engine
+from tests.deploy.jobs_helpers import fresh_pg_database
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

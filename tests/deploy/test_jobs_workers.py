@@ -13,12 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from jobs_helpers import fresh_pg_database
-from live_server import Server
 from sqlalchemy import text
 
 from app.sim.routes import JobOut
 from app.storage.db import make_engine
+from tests.deploy.jobs_helpers import fresh_pg_database
+from tests.live_server import Server
 
 pytestmark = pytest.mark.slow
 

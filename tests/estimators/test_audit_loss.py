@@ -10,9 +10,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_audit import KINDS, T_, VALUES, P, Q, _codes, _kinds_mask, _one, _pad, _rewards, _rows
 
 from estimators.audit import audit_episodes
+from tests.estimators.test_audit import (
+    KINDS,
+    T_,
+    VALUES,
+    P,
+    Q,
+    _codes,
+    _kinds_mask,
+    _one,
+    _pad,
+    _rewards,
+    _rows,
+)
 
 pytestmark = pytest.mark.verl
 

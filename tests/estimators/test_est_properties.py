@@ -9,15 +9,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paths import GAE_PATHS, gae_path
-from reference import (
-    gae_ref,
-    group_mean_ref,
-    nstep_ref,
-    returns_ref,
-    rloo_ref,
-    turn_gae_ref,
-)
 
 from estimators import (
     EstimatorInput,
@@ -35,6 +26,15 @@ from estimators import (
     turn_spans,
 )
 from estimators._scan import reverse_scan
+from tests.estimators.paths import GAE_PATHS, gae_path
+from tests.estimators.reference import (
+    gae_ref,
+    group_mean_ref,
+    nstep_ref,
+    returns_ref,
+    rloo_ref,
+    turn_gae_ref,
+)
 
 F64 = torch.float64
 COEFFS = st.sampled_from([0.0, 0.3, 0.9, 0.95, 0.99, 1.0])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paths import GAE_PATHS, gae_path
 
 from estimators import (
     EstimatorInput,
@@ -20,6 +19,7 @@ from estimators import (
     td_errors,
     turn_gae,
 )
+from tests.estimators.paths import GAE_PATHS, gae_path
 
 F64 = torch.float64
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from paths import GAE_PATHS, gae_path
 
 import estimators as E
 from estimators import EstimatorInput, compute
+from tests.estimators.paths import GAE_PATHS, gae_path
 
 pytestmark = pytest.mark.verl
 F64 = torch.float64

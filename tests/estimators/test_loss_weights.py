@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paths import GAE_PATHS, gae_path
 
 import estimators as E
 from estimators import native
 from estimators.loss import AGGS, LOSSES, ZEROING, TokenState
+from tests.estimators.paths import GAE_PATHS, gae_path
 
 pytestmark = pytest.mark.verl
 F64 = torch.float64

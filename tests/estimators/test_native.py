@@ -12,9 +12,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import gae_ref, turn_gae_ref
 
 from estimators import gae, native, turn_gae
+from tests.estimators.reference import gae_ref, turn_gae_ref
 
 F64 = torch.float64
 MASK_DTYPES = [torch.bool, torch.int64, torch.int32, torch.uint8, torch.float32, torch.float64]

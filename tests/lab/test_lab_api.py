@@ -349,7 +349,8 @@ def test_concurrent_misses_of_the_same_key_both_answer(tmp_path):
     import threading
 
     import httpx
-    from live_server import Server
+
+    from tests.live_server import Server
 
     with Server(tmp_path / "race.db", tmp_path / "server.log") as srv:
         url = f"{srv.base}/api/lab/lambda?episodes=3000&seed=7"

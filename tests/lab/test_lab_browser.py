@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from live_server import Server
+
+from tests.live_server import Server
 
 pytestmark = pytest.mark.browser
 

@@ -5,7 +5,8 @@ A real uvicorn server on a free 127.0.0.1 port with a temp SQLite file; Debian's
 
 import httpx
 import pytest
-from live_server import Server
+
+from tests.live_server import Server
 
 pytestmark = pytest.mark.browser
 

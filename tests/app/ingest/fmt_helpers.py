@@ -1,0 +1,57 @@
+"""Helpers for the ecosystem-format tests (tests/app/ingest/test_fmt_*.py): upload a file through the real
+POST /api/uploads without naming a format, read the stored episodes back, and check that no
+non-policy token is given credit by any scheme the service offers."""
+
+from __future__ import annotations
+
+import math
+
+from fastapi.testclient import TestClient
+
+
+def upload(client: TestClient, name: str, data: bytes | str, **params):
+    """The raw response of an upload with the format left to auto-detection."""
+    return client.post("/api/uploads", files={"file": (name, data)}, params=params)
+
+
+def stored(client: TestClient, name: str, data: bytes | str, **params) -> tuple[dict, list[dict]]:
+    """(batch, episodes) of a 201 upload."""
+    r = upload(client, name, data, **params)
+    assert r.status_code == 201, r.text
+    body = r.json()
+    batch = client.get(f"/api/batches/{body['batch_id']}").json()
+    eps = [client.get(f"/api/episodes/{e['slug']}").json() for e in body["episodes"]]
+    return batch, eps
+
+
+def pick(ep: dict, kind: str, key: str = "tokens") -> list:
+    """The entries of ``key`` at the tokens of ``kind``."""
+    return [x for x, k in zip(ep[key], ep["kinds"], strict=True) if k == kind]
+
+
+def text(ep: dict, kind: str) -> str:
+    return "".join(pick(ep, kind))
+
+
+def all_schemes(client: TestClient) -> list[str]:
+    return [s["name"] for s in client.get("/api/schemes").json()["schemes"]]
+
+
+def assert_no_credit_off_policy(client: TestClient, ep: dict) -> None:
+    """Under every scheme the service offers, prompt and tool tokens have no advantage (null), and
+    at least one scheme gives the policy tokens numbers."""
+    off = [i for i, k in enumerate(ep["kinds"]) if k != "policy"]
+    some = False
+    for name in all_schemes(client):
+        if name == "uploaded" and not ep.get("advantages"):
+            continue
+        r = client.get(f"/api/episodes/{ep['slug']}/advantages", params={"scheme": name})
+        if r.status_code != 200:  # a scheme this episode lacks the data for (e.g. oracle)
+            assert 400 <= r.status_code < 500, r.text
+            continue
+        adv = r.json()["schemes"][0]["advantages"]
+        if name == "uploaded":  # the trainer's own row: shown as uploaded, prompt included
+            continue
+        assert all(adv[i] is None for i in off), name
+        some = some or any(a is not None and math.isfinite(a) for a in adv)
+    assert some
