@@ -5,13 +5,16 @@ PY := $(VENV)/bin/python
 # Two stamps: what serving needs (the server and the client), and the test and reference tooling on top.
 RUN_STAMP := $(VENV)/.creditlens-server-installed
 TEST_STAMP := $(VENV)/.creditlens-test-installed
+# The checkers alone: `make lint` needs ruff only, `make typecheck` mypy beside the server's packages.
+LINT_STAMP := $(VENV)/.creditlens-lint-installed
+TYPE_STAMP := $(VENV)/.creditlens-typecheck-installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # Exact versions of everything `make install` puts in the venv (regenerate with `make lock`); a
 # constraints file, so the server-only install takes the same versions of what it installs.
 LOCK := requirements.lock
-# The source folders ruff checks (each only if it exists in this checkout).
-LINT_DIRS := $(wildcard app estimators tests bench client)
+# What mypy --strict checks: the service, the estimators and the client package.
+TYPED := app estimators client/creditlens
 LOCK_VENV := .lock-venv
 
 .PHONY: install install-server run test bench bench-quick lint typecheck lock fixtures clean
@@ -32,6 +35,15 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(PY) -m pip install -q -c $(LOCK) --no-deps verl==0.9.1
 	touch $(TEST_STAMP)
 
+$(LINT_STAMP): $(LOCK)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c $(LOCK) ruff
+	touch $(LINT_STAMP)
+
+$(TYPE_STAMP): $(RUN_STAMP)
+	$(PY) -m pip install -q -c $(LOCK) mypy
+	touch $(TYPE_STAMP)
+
 install-server: $(RUN_STAMP)
 
 install: $(TEST_STAMP)
@@ -48,12 +60,13 @@ bench: install
 bench-quick: install
 	$(PY) -m bench --quick
 
-lint: install
-	$(VENV)/bin/ruff check $(LINT_DIRS)
-	$(VENV)/bin/ruff format --check $(LINT_DIRS)
+# The whole tree, from the root (pyproject.toml's [tool.ruff] says what is checked).
+lint: $(LINT_STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
-typecheck: install
-	$(VENV)/bin/mypy --strict estimators
+typecheck: $(TYPE_STAMP)
+	$(VENV)/bin/mypy --strict $(TYPED)
 
 # Resolve the install from scratch in a throwaway venv and pin what it chose. The project itself
 # is left out; torch is pinned without its local "+cpu" label so the same line works elsewhere.

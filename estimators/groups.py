@@ -194,7 +194,12 @@ def rloo(scores: Tensor, groups: Labels = None, singleton: str = "score") -> Ten
     return _like(a, scores)
 
 
-def batch_whiten(scores: Tensor, groups: Labels = None, std: str = "sample", eps: float = 1e-6) -> Tensor:
+def batch_whiten(
+    scores: Tensor,
+    groups: Labels = None,  # noqa: ARG001 (the call shape of every group baseline; the batch is one group)
+    std: str = "sample",
+    eps: float = 1e-6,
+) -> Tensor:
     """[B] ``(s_i - batch mean) / (batch std + eps)``: episode-level whitening across the batch;
     ``groups`` is ignored. One row gives 0 (its std is taken as 0).
     Each episode counts once (verl's token-level whitening weights long responses more)."""

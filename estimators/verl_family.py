@@ -1,7 +1,7 @@
 """The rest of verl 0.9.1's estimator registry, vectorised (no loop over samples or time).
 
 Each function matches its verl counterpart on policy positions (tested to 1e-9 in float64, see
-``tests/estimators/test_verl.py``). Where we differ, on purpose:
+``tests/estimators/test_est_verl.py``). Where we differ, on purpose:
 
 * Inputs are episode scores computed by the caller; verl sums rewards over the whole row without
   the mask (the registry wrappers offer ``score="unmasked"`` for parity).

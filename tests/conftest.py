@@ -85,7 +85,7 @@ LONGEST_FIRST = (
 )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Give every ``slow`` test the longer timeout unless it sets its own; run the longest files
     first (:data:`LONGEST_FIRST`)."""
     slow_files = set()

@@ -159,7 +159,7 @@ METRICS_LIST = (
         "audit error findings",
         "count",
         "audit",
-        "error findings of the audit of the trainer's advantages (estimators/audit.py)",
+        "error findings of the audit of the trainer's advantages (estimators/audit/)",
         legend="error findings",
         source="audit",
     ),

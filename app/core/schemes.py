@@ -1,8 +1,9 @@
 """The advantage schemes the service offers, their labels, and the one set of defaults.
 
 Every scheme is either an estimator of the registry (estimators/registry.py: name, label, kind,
-description come from its ``register`` call) or one of the three service schemes below, which need
-the episode's batch or data stored with it. Each says what it ``reads`` (the registry's input
+description come from its ``register`` call) or one of the service schemes of :data:`SERVICE_SCHEMES` (outcome, oracle,
+uploaded, audit_reference, audit_diff, loss_weights), which need the episode's batch or data stored
+with it. Each says what it ``reads`` (the registry's input
 names, estimators/registry.py ``INPUTS``, plus ``advantages``, the trainer's own), and the service
 decides from that alone what to load, what to check and which schemes an episode's default view
 shows (:func:`default_schemes`). Python imports these names; the pages hand :func:`client_config`

@@ -65,7 +65,7 @@ class SpanBuilder:
         self.add(["<tool_call>", *tokenize(" " + name + " " + arguments), "</tool_call>"], "policy")
 
     def episode(self, **fields: Any) -> EpisodeIn:
-        """The native episode (validated later by app/validate.py, like every format's)."""
+        """The native episode (validated later by app/core/validate.py, like every format's)."""
         base: dict[str, Any] = {
             "reward": None,
             "rewards": None,

@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = ["API_UPLOADS", "add_arguments", "main", "run_upload"]
 
-API_UPLOADS = "/api/uploads"  # the server's POST route for whole files (app/urls.py names it too)
+API_UPLOADS = "/api/uploads"  # the server's POST route for whole files (app/core/urls.py names it too)
 
 
 class _NoBar:

@@ -32,11 +32,11 @@ from .constants import CAP, EPSILONS, GAMMAS, LAMBDAS
 from .whitening import whiten_rows, whiten_tokens
 
 
-def _always(b: Batch) -> bool:
+def _always(_b: Batch) -> bool:
     return True
 
 
-def _no_evidence(b: Batch) -> dict[str, Any]:
+def _no_evidence(_b: Batch) -> dict[str, Any]:
     return {}
 
 

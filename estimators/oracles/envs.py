@@ -16,10 +16,10 @@ def recovery_env(q: Number = 1) -> TabularMDP:
     Uniform closed forms: V0 = 1/2 + q/4, A(BAD) = q/4 - 1/2, A(RECOVER) = q/2."""
     q = _check_probability(q, "q (recovery-success probability)")
 
-    def available(t: int, s: str) -> tuple[str, ...]:
+    def available(_t: int, s: str) -> tuple[str, ...]:
         return ("GOOD", "BAD") if s == "s0" else ("RECOVER", "GIVE_UP")
 
-    def transitions(t: int, s: str, a: str) -> list[OutcomeSpec]:
+    def transitions(t: int, _s: str, a: str) -> list[OutcomeSpec]:
         if a == "GOOD":
             return [(Fraction(1), None, 1, True, True)]
         if a == "BAD":
@@ -63,7 +63,7 @@ def delayed_effect_env(
     p_bad = _check_probability(p_bad, "p_bad")
     distractors = tuple(f"D{i}" for i in range(k))
 
-    def available(t: int, s: str) -> tuple[str, ...]:
+    def available(_t: int, s: str) -> tuple[str, ...]:
         return ("GOOD", "BAD") if s == "s0" else distractors
 
     def transitions(t: int, s: str, a: str) -> list[OutcomeSpec]:
@@ -103,10 +103,10 @@ def variable_horizon_env(
     cont = to_fraction(continue_reward, "continue_reward")
     H = len(rewards)
 
-    def available(t: int, s: str) -> tuple[str, ...]:
+    def available(t: int, _s: str) -> tuple[str, ...]:
         return ("STOP",) if t == H - 1 else ("STOP", "CONTINUE")
 
-    def transitions(t: int, s: str, a: str) -> list[OutcomeSpec]:
+    def transitions(t: int, _s: str, a: str) -> list[OutcomeSpec]:
         if a == "STOP":
             return [(Fraction(1), None, rewards[t], True)]
         return [(Fraction(1), "s", cont, False)]
@@ -140,10 +140,10 @@ def repair_env(cost: Number = Fraction(1, 20), horizon: int = 5) -> TabularMDP:
         raise ValueError(f"horizon must be an integer in [1, 20], not {horizon!r}")
     move = {("fresh", "read"): "located", ("located", "edit"): "fixed"}
 
-    def available(t: int, s: str) -> tuple[str, ...]:
+    def available(_t: int, _s: str) -> tuple[str, ...]:
         return REPAIR_ACTIONS
 
-    def transitions(t: int, s: str, a: str) -> list[OutcomeSpec]:
+    def transitions(_t: int, s: str, a: str) -> list[OutcomeSpec]:
         if a == "submit":
             ok = s == "fixed"
             return [(Fraction(1), None, (1 if ok else 0) - cost, True, ok)]

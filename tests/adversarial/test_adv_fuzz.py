@@ -38,7 +38,7 @@ FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=list(Healt
 
 
 @schema.hook
-def flatmap_path_parameters(context, path_parameters):
+def flatmap_path_parameters(context, path_parameters):  # noqa: ARG001 (schemathesis hook signature)
     """Half the time, real ids instead of generated ones (so 200 answers get checked as well)."""
     params = dict(path_parameters or {})
     real: dict = {}
@@ -77,7 +77,7 @@ def map_body(context, body):
 SECURITY_HEADERS = ("x-content-type-options", "referrer-policy", "x-frame-options")
 
 
-def one_error_shape(ctx, response, case):
+def one_error_shape(ctx, response, case):  # noqa: ARG001 (schemathesis check signature)
     """Every 4xx is {"error": {status, code, message, line, episode, field}}; security headers everywhere."""
     for h in SECURITY_HEADERS:
         assert h in {k.lower() for k in response.headers}, f"missing header {h}"
@@ -108,7 +108,7 @@ locked_schema = (
 )
 
 
-def needs_write_token(ctx, response, case):
+def needs_write_token(ctx, response, case):  # noqa: ARG001 (schemathesis check signature)
     """With CREDITLENS_WRITE_TOKEN set and no Authorization header, every write answers 401
     (the token is checked before the body is parsed or validated)."""
     if case.method.upper() != case.operation.method.upper():  # probes with other methods: 405
@@ -147,7 +147,7 @@ read_schema = (
 
 
 @read_schema.hook("flatmap_path_parameters")
-def _read_path_parameters(context, path_parameters):
+def _read_path_parameters(context, path_parameters):  # noqa: ARG001 (schemathesis hook signature)
     """Half the time real slugs and batch ids of the private server's demo batches."""
     params = dict(path_parameters or {})
     real: dict = {}
@@ -160,7 +160,7 @@ def _read_path_parameters(context, path_parameters):
     return st.one_of(st.just(params), st.fixed_dictionaries(real).map(lambda r: {**params, **r}))
 
 
-def read_token_enforced(ctx, response, case):
+def read_token_enforced(ctx, response, case):  # noqa: ARG001 (schemathesis check signature)
     """With the token the server answers as a public one would (never 401); the same request
     without it is a 401 in the one error shape, whatever its parameters or body."""
     assert response.status_code != 401, (case.method, case.path, response.text[:300])

@@ -139,7 +139,7 @@ def test_evil_pickles_would_run_without_weights_only(name, tmp_path, monkeypatch
     assert marker.read_text() == "pwned"
 
 
-def test_corpus_is_reproducible(tmp_path):
+def test_corpus_is_reproducible():
     """make_corpus.py regenerates exactly the committed bytes (so the corpus cannot drift)."""
     import importlib.util
 

@@ -113,7 +113,8 @@ def test_batch_group_and_home_pages(page, evil):
             assert SCRIPT in text, (url, text[:500])
 
 
-def test_other_pages(page, evil):
+@pytest.mark.usefixtures("evil")
+def test_other_pages(page):
     q = quote(EVIL, safe="")
     img = quote(IMG + TEMPLATE, safe="")  # no "/": the episode page's own 404
     pages = (
@@ -132,7 +133,8 @@ def test_other_pages(page, evil):
         assert "x49x" not in text, url
 
 
-def test_upload_form_with_evil_file_and_batch_name(page, server, tmp_path):
+@pytest.mark.usefixtures("server")
+def test_upload_form_with_evil_file_and_batch_name(page, tmp_path):
     """Upload through the home page's form: the evil file name and batch name come back as text."""
     f = tmp_path / FILE_NAME
     f.write_text("".join(json.dumps(evil_episode(k)) + "\n" for k in range(2)))

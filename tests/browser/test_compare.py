@@ -42,7 +42,8 @@ def test_two_runs_side_by_side(page, server):
     assert not page.probe.errors
 
 
-def test_an_unknown_run_says_which_parameter(page, server):
+@pytest.mark.usefixtures("server")
+def test_an_unknown_run_says_which_parameter(page):
     page.goto("/r/compare?runs=1,987654")
     page.wait_for_selector('#c-figs[data-ready="1"]', state="attached")
     assert "runs" in page.text_content("#error")

@@ -14,7 +14,8 @@ from tests.browser.browser_util import shot, upload, wait_ready
 pytestmark = pytest.mark.browser
 
 
-def test_talk_mode_keys_step_through_shareable_urls(page, demo):
+@pytest.mark.usefixtures("demo")
+def test_talk_mode_keys_step_through_shareable_urls(page):
     page.goto("/talk")
     assert page.url.endswith("/talk/1")
     page.wait_for_selector('body[data-ready="1"]')
@@ -50,7 +51,8 @@ def test_talk_mode_keys_step_through_shareable_urls(page, demo):
     assert page.probe.dialogs == [] and not page.probe.errors
 
 
-def test_talk_group_and_batch_steps_use_the_demo_batch(page, demo):
+@pytest.mark.usefixtures("demo")
+def test_talk_group_and_batch_steps_use_the_demo_batch(page):
     page.goto("/talk/5")
     page.wait_for_selector('body[data-ready="1"]')
     # The mixed group with the fewest successes: parse_date, 1 of 8.
@@ -144,7 +146,8 @@ def test_upload_errors_are_shown_next_to_the_file(page, tmp_path):
     shot(page, "home-upload-error")
 
 
-def test_home_search_filters_batches(page, demo, server):
+@pytest.mark.usefixtures("demo")
+def test_home_search_filters_batches(page, server):
     upload(server, "zzz-unrelated", [data.handbuilt()])
     page.goto("/?q=bugfix")
     page.wait_for_selector('body[data-ready="1"]')

@@ -95,7 +95,8 @@ def test_unlisted_links_carry_the_slug(ctx, private):
     page.wait_for_selector(f"#ep-meta a[href='/b/{slug}']")
 
 
-def test_upload_form_takes_visibility(ctx, private, tmp_path):
+@pytest.mark.usefixtures("private")
+def test_upload_form_takes_visibility(ctx, tmp_path):
     """Signed in, an upload from the home page's form as unlisted links to the batch by its slug."""
     page = ctx.new_page()
     page.goto("/sign-in")

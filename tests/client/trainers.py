@@ -113,7 +113,7 @@ def trl_trainer(output_dir: str, max_steps: int = 2) -> Any:
     model = transformers.AutoModelForCausalLM.from_config(config)
     dataset = datasets.Dataset.from_dict({"prompt": TRL_PROMPTS * 4})
 
-    def reward(completions, **kwargs):  # varies within every group of 2
+    def reward(completions, **_kwargs):  # varies within every group of 2
         return [float(i % 2) for i in range(len(completions))]
 
     args = GRPOConfig(

@@ -93,7 +93,7 @@ def _wait_http(
 
 
 @pytest.fixture(scope="module")
-def image(engine) -> str:
+def image(engine) -> str:  # noqa: ARG001 (the engine fixture must be up first)
     """The project's image, built as the README says, with torch from the local wheelhouse."""
     port = WHEEL_PORT
     with socket.socket() as s:
@@ -261,7 +261,8 @@ def _compose_cmd() -> list[str]:
 
 
 @pytest.mark.slow
-def test_compose_default_and_postgres_services(image, tmp_path):
+@pytest.mark.usefixtures("image")
+def test_compose_default_and_postgres_services():
     password = "pw" + os.urandom(8).hex()
     project = f"creditlens-test-{os.getpid()}"
     env = {
@@ -317,7 +318,7 @@ def test_compose_default_and_postgres_services(image, tmp_path):
         )
 
 
-def test_serve_never_prints_the_database_password(tmp_path):
+def test_serve_never_prints_the_database_password():
     """Start-up output (the container's logs) shows the database URL with the password masked, also
     when the settings are invalid or the server cannot reach the database."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREDITLENS_")}

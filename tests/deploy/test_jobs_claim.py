@@ -162,7 +162,7 @@ def test_pool_stop_hands_running_jobs_back(engine):
     reports = []
 
     @jobs.register("test_forever")
-    def _forever(params, ctx):
+    def _forever(_params, ctx):
         for i in range(100_000):  # bounded, in case stopping did not work
             reports.append(i)
             ctx.progress(0.5)

@@ -278,7 +278,7 @@ def test_bootstrapped_truncation_is_not_a_finding():
     assert res.findings == []
 
 
-def _grpo_batch(scores, groups):
+def _grpo_batch(scores):
     kinds = [[Q, P, P, T_, P] for _ in scores]
     return kinds, _rewards(scores, kinds)
 
@@ -286,7 +286,7 @@ def _grpo_batch(scores, groups):
 def test_zero_variance_group_nonzero_advantage_hand_made():
     scores = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     groups = ["a"] * 4 + ["b"] * 4
-    kinds, rew = _grpo_batch(scores, groups)
+    kinds, rew = _grpo_batch(scores)
     a = G.grpo(torch.tensor(scores, dtype=torch.float64), groups)
     a[4:] = 0.25  # a trainer that centres on the batch mean: the solved group gets credit
     adv = [[0.0, x, x, 0.0, x] for x in a.tolist()]
@@ -305,7 +305,7 @@ def test_std_eps_spike_hand_made():
     # one out into (1 - 0.25) * 1e-6 / (5e-7 + 1e-6) = 0.5 and the others into -0.1667.
     scores = [0.5, 0.5, 0.5, 0.500001, 0.0, 1.0, 0.0, 1.0]
     groups = ["a"] * 4 + ["b"] * 4
-    kinds, rew = _grpo_batch(scores, groups)
+    kinds, rew = _grpo_batch(scores)
     a = G.grpo(torch.tensor(scores, dtype=torch.float64), groups)
     assert a[3].item() == pytest.approx(0.5, rel=1e-6) and a[0].item() == pytest.approx(-1 / 6, rel=1e-6)
     adv = [[0.0, x, x, 0.0, x] for x in a.tolist()]
@@ -320,7 +320,7 @@ def test_std_eps_spike_hand_made():
 def test_convention_differs_population_std_hand_made():
     scores = [1.0, 0.0, 0.0, 0.3, 0.9, 0.1]
     groups = ["a", "a", "a", "b", "b", "b"]
-    kinds, rew = _grpo_batch(scores, groups)
+    kinds, rew = _grpo_batch(scores)
     a = G.grpo(torch.tensor(scores, dtype=torch.float64), groups, std="population")
     adv = [[0.0, x, x, 0.0, x] for x in a.tolist()]
     res = audit_episodes(kinds, adv, rew, groups=groups)
@@ -337,7 +337,7 @@ def test_convention_differs_population_std_hand_made():
 def test_advantage_not_constant_per_turn_hand_made():
     scores = [1.0, 0.0, 0.0, 1.0]
     groups = ["a", "a", "b", "b"]
-    kinds, rew = _grpo_batch(scores, groups)
+    kinds, rew = _grpo_batch(scores)
     a = G.grpo(torch.tensor(scores, dtype=torch.float64), groups).tolist()
     adv = [[0.0, x, x, 0.0, x] for x in a]
     adv[1][4] += 0.3  # one token of episode 1 drifts off the episode's advantage
@@ -366,7 +366,7 @@ def test_mismatch_unexplained_hand_made():
 def test_credit_on_non_policy_tokens_hand_made():
     scores = [1.0, 0.0, 0.0, 1.0]
     groups = ["a", "a", "b", "b"]
-    kinds, rew = _grpo_batch(scores, groups)
+    kinds, rew = _grpo_batch(scores)
     a = G.grpo(torch.tensor(scores, dtype=torch.float64), groups).tolist()
     adv = [[0.0, x, x, x, x] for x in a]  # the tool token (position 3) trained too
     res = audit_episodes(kinds, adv, rew, groups=groups)
@@ -392,7 +392,7 @@ def test_tokens_are_capped_with_a_total():
 def test_nan_upload_never_matches():
     scores = [1.0, 0.0, 0.0, 1.0]
     groups = ["a", "a", "b", "b"]
-    kinds, rew = _grpo_batch(scores, groups)
+    kinds, rew = _grpo_batch(scores)
     a = G.grpo(torch.tensor(scores, dtype=torch.float64), groups).tolist()
     adv = [[0.0, x, x, 0.0, x] for x in a]
     adv[2][1] = float("nan")

@@ -232,7 +232,8 @@ def test_optimal_token_baselines(verl, seed, holes, with_is, zero_tail):
     close(compute("tir_optimal_token_baseline", inp).advantages, v_adv)
 
 
-def test_otb_and_tir_differ_with_holes(verl):
+@pytest.mark.usefixtures("verl")
+def test_otb_and_tir_differ_with_holes():
     rewards, _, mask, labels = make_batch(3, holes=True)
     logp = -torch.rand(rewards.shape, generator=torch.Generator().manual_seed(0), dtype=F64)
     spp = torch.exp(2 * logp)

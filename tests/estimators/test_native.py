@@ -39,7 +39,8 @@ def default_restored():
     native.set_default(None)
 
 
-def test_env_switch(monkeypatch, default_restored):
+@pytest.mark.usefixtures("default_restored")
+def test_env_switch(monkeypatch):
     native.set_default(None)  # follow the environment
     for word in ("0", "false", "OFF", "no", "f", "n"):
         monkeypatch.setenv("CREDITLENS_NATIVE", word)
@@ -50,7 +51,8 @@ def test_env_switch(monkeypatch, default_restored):
     assert native.enabled()
 
 
-def test_process_default_wins_over_environment(monkeypatch, default_restored):
+@pytest.mark.usefixtures("default_restored")
+def test_process_default_wins_over_environment(monkeypatch):
     monkeypatch.setenv("CREDITLENS_NATIVE", "0")
     native.set_default(True)
     assert native.enabled()

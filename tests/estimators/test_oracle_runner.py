@@ -59,7 +59,7 @@ def test_time_dependent_policies():
     with pytest.raises(ValueError, match="one per timestep"):
         stop_probability_policy(env, [0.5, 0.5])
     with pytest.raises(ValueError, match="sum to"):
-        time_dependent_policy(env, lambda t, s: {"STOP": 0.7} if t < 4 else {"STOP": 1.0})
+        time_dependent_policy(env, lambda t, _s: {"STOP": 0.7} if t < 4 else {"STOP": 1.0})
 
 
 def test_benchmark_mean_se_and_across_seed_gradient_variance():

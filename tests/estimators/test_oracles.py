@@ -91,7 +91,9 @@ def test_variable_horizon_v0():
 
 
 def _one_state(transition):
-    return TabularMDP("t", ("s",), ("a", "b"), 1, {"s": 1}, lambda t, s: ("a",), lambda t, s, a: transition)
+    return TabularMDP(
+        "t", ("s",), ("a", "b"), 1, {"s": 1}, lambda _t, _s: ("a",), lambda _t, _s, _a: transition
+    )
 
 
 @pytest.mark.parametrize(

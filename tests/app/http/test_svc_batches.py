@@ -119,7 +119,8 @@ def test_credit_by_effect_by_hand(client):
     }
 
 
-def test_list_and_search(client, batch):
+@pytest.mark.usefixtures("batch")
+def test_list_and_search(client):
     upload(client, [episode()], name="another run")
     names = [b["name"] for b in client.get("/api/batches").json()]
     assert names == ["another run", "three tasks"]  # newest first

@@ -204,7 +204,7 @@ def test_storage_is_one_compact_row_per_episode(client):
         kinds_len, values_len = conn.execute(
             text('SELECT LENGTH(kinds), LENGTH("values") FROM episode')
         ).one()
-    # Packed (app/packing.py): two runs of kinds; one value repeated, stored once as a float32.
+    # Packed (app/core/packing.py): two runs of kinds; one value repeated, stored once as a float32.
     assert n == 1 and kinds_len < 40 and values_len == 12 + 4 + 3
     assert client.get(f"/api/episodes/{slug}").json()["values"] == [0.5] * 1002
 

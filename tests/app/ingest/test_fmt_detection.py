@@ -1,5 +1,5 @@
 """Format detection reads only the first record(s) and never parses a file twice
-(app/ingest/_common.py ``first_object``; the timing figures are in bench/formats.py).
+(app/ingest/_common.py ``first_object``; the timing figures are in bench/chat_ingest.py).
 
 Each check would fail if detection parsed the whole file: the rest of each file is broken JSON,
 which a whole-file parse refuses, yet the format is found from the first record."""
