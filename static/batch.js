@@ -1,143 +1,14 @@
 // Batch page: diagnostics from /api/batches/{id} as cards, Plotly figures and tables.
-import { csvCell, download, el, fetchJSON, fmt, markOpen, plotlyConfig, readInitial, urls } from "./util.js";
+import { figGroups, figHist, figWhiten, groupLabel } from "./batch_charts.js";
+import { $, plot } from "./page.js";
+import { csvCell, download, el, fetchJSON, fmt, markOpen, readInitial, urls } from "./util.js";
 
 const init = readInitial();
-const $ = (id) => document.getElementById(id);
 const pct = (x) => (x === null || x === undefined ? "—" : `${(100 * x).toFixed(0)}%`);
-const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
 const POS = "rgb(33,102,172)";
-const NEG = "rgb(178,24,43)";
-
-export function plot(id, traces, layout, name) {
-  const node = typeof id === "string" ? $(id) : id;
-  if (!window.Plotly) {
-    node.textContent = `Plotly is not available (${urls.plotlyBasic}).`;
-    return;
-  }
-  window.Plotly.newPlot(
-    node,
-    traces,
-    { font: FONT, margin: { l: 56, r: 16, t: 10, b: 48 }, height: 320, paper_bgcolor: "#fff", plot_bgcolor: "#fff", ...layout },
-    plotlyConfig(name),
-  );
-}
 
 function card(big, what) {
   return el("div", { class: "card" }, el("div", { class: "big" }, big), el("div", { class: "what" }, what));
-}
-
-/** Normalise the API's whiten_vs_center into [{slug, group, reward, whiten, center}] if we can. */
-function wvcRows(diag, eps) {
-  const w = diag && diag.whiten_vs_center;
-  if (w && Array.isArray(w.episodes) && w.episodes.length && "batch_whiten" in w.episodes[0]) {
-    return w.episodes.map((e) => ({ slug: e.slug, group: e.group, reward: e.score, whiten: e.batch_whiten, center: e.group_center }));
-  }
-  if (w && Array.isArray(w.batch_whiten) && Array.isArray(w.group_center) && w.batch_whiten.length === eps.length) {
-    return eps.map((e, i) => ({ slug: e.slug, group: e.group, reward: e.reward, whiten: w.batch_whiten[i], center: w.group_center[i] }));
-  }
-  return [];
-}
-
-function histogram(diag) {
-  const h = diag && diag.reward_histogram;
-  if (h) {
-    const edges = h.edges || h.bin_edges || h.bins;
-    const counts = h.counts || h.count;
-    if (Array.isArray(edges) && Array.isArray(counts) && edges.length === counts.length + 1) {
-      const x = counts.map((_, i) => (edges[i] + edges[i + 1]) / 2);
-      const width = counts.map((_, i) => edges[i + 1] - edges[i]);
-      return [{ type: "bar", x, y: counts, width, marker: { color: POS }, name: "episodes" }];
-    }
-    if (Array.isArray(h.values) && Array.isArray(counts)) {
-      return [{ type: "bar", x: h.values, y: counts, marker: { color: POS }, name: "episodes" }];
-    }
-  }
-  return [];
-}
-
-export function figHist(node, b) {
-  plot(node, histogram(b.diagnostics), { xaxis: { title: { text: "reward" } }, yaxis: { title: { text: "episodes" } }, bargap: 0.05 }, `batch-${b.id}-rewards`);
-}
-
-/** Tick positions for a category axis of ``n`` bars in ``width`` px, at the first bar of each
- * run of equal keys, at most one per ``minGap`` px (the labels never overlap, whatever the
- * number of episodes: the hover names each bar's episode). */
-export function sparseTicks(keys, width, minGap) {
-  const step = width / Math.max(keys.length, 1);
-  const out = [];
-  let last = -Infinity;
-  keys.forEach((k, i) => {
-    if (i > 0 && k === keys[i - 1]) return;
-    const x = (i + 0.5) * step;
-    if (x - last < minGap) return;
-    out.push(i);
-    last = x;
-  });
-  return out;
-}
-
-// A tick label's width at 13 px, rotated by 30° (upper bound: 7.5 px per character).
-const tickGap = (texts) => 0.87 * 7.5 * Math.max(1, ...texts.map((t) => t.length)) + 0.5 * 16 + 8;
-
-export function figWhiten(node, b, height = 320) {
-  const wvc = wvcRows(b.diagnostics, b.episodes || []).slice().sort((p, q) => String(p.group).localeCompare(String(q.group)) || p.reward - q.reward);
-  const labels = wvc.map((r, i) => `${r.group} · ${i}`);
-  const target = typeof node === "string" ? $(node) : node;
-  // The plot area: the box less the margins (56 + 16 px).
-  const width = Math.max(200, (target.clientWidth || 640) - 72);
-  const groups = wvc.map((r) => String(r.group));
-  const ticks = sparseTicks(groups, width, tickGap(groups));
-  plot(
-    node,
-    [
-      { type: "bar", name: "batch whitening", x: labels, y: wvc.map((r) => r.whiten), marker: { color: NEG }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>batch whiten %{y:.3f}<extra>%{customdata}</extra>" },
-      { type: "bar", name: "group centering", x: labels, y: wvc.map((r) => r.center), marker: { color: POS }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>group center %{y:.3f}<extra>%{customdata}</extra>" },
-    ],
-    {
-      height,
-      barmode: "group",
-      // One tick per group (at its first episode), fewer when they would not fit.
-      xaxis: {
-        type: "category",
-        tickmode: "array",
-        tickvals: ticks.map((i) => labels[i]),
-        ticktext: ticks.map((i) => groups[i]),
-        tickangle: -30,
-        automargin: true,
-      }, yaxis: { title: { text: "advantage" } }, legend: { orientation: "h", y: 1.12 } },
-    `batch-${b.id}-whiten-vs-center`,
-  );
-}
-
-/** A group's label for display: ungrouped episodes (group null) are groups of one, each its own. */
-function groupLabel(g, i) {
-  return g.group ?? `(no group ${i + 1})`;
-}
-
-export function figGroups(node, b, height = 320) {
-  const groups = (b.diagnostics && b.diagnostics.groups) || [];
-  const x = groups.map((g, i) => String(groupLabel(g, i)));
-  const target = typeof node === "string" ? $(node) : node;
-  const ticks = sparseTicks(x, Math.max(200, (target.clientWidth || 640) - 72), tickGap(x));
-  plot(
-    node,
-    [
-      {
-        type: "bar",
-        x,
-        y: groups.map((g) => g.pass_rate),
-        marker: { color: groups.map((g) => (g.zero_variance ? "#999" : POS)), pattern: { shape: groups.map((g) => (g.zero_variance ? "/" : "")) } },
-        hovertemplate: "group %{x}<br>pass rate %{y:.2f}<extra></extra>",
-      },
-    ],
-    {
-      height,
-      yaxis: { title: { text: "pass rate" }, range: [0, 1.05] },
-      // Every group's label while they fit, fewer (evenly spaced) beyond: the hover names each bar.
-      xaxis: { type: "category", tickmode: "array", tickvals: ticks.map((i) => x[i]), ticktext: ticks.map((i) => x[i]), tickangle: -30, automargin: true },
-    },
-    `batch-${b.id}-groups`,
-  );
 }
 
 function render(b) {
@@ -179,7 +50,7 @@ function render(b) {
     $("fig-effect-box").hidden = false;
     const keys = Object.keys(cbe);
     const vals = keys.map((k) => (typeof cbe[k] === "number" ? cbe[k] : (cbe[k].share ?? cbe[k].positive ?? null)));
-    plot("fig-effect", [{ type: "bar", x: keys, y: vals, marker: { color: POS } }], { yaxis: { title: { text: "share of positive credit" } } }, `batch-${b.id}-credit-by-effect`);
+    plot("fig-effect", [{ type: "bar", x: keys, y: vals, marker: { color: POS } }], { height: 320, yaxis: { title: { text: "share of positive credit" } } }, `batch-${b.id}-credit-by-effect`);
   }
 
   const gt = el("table", { class: "data" });
@@ -236,7 +107,7 @@ function renderEpisodes(b) {
 }
 
 /** The audit's best match as one sentence. */
-export function bestMatchText(bm, searched) {
+function bestMatchText(bm, searched) {
   if (!bm || !bm.scheme) {
     const why = bm && bm.message ? bm.message.replace(/^no configuration explains these advantages:?\s*/, "") : "";
     return `No configuration explains these advantages${why ? ": " + why : ""}.`;
@@ -246,7 +117,7 @@ export function bestMatchText(bm, searched) {
 }
 
 /** The findings of GET /api/batches/{id}/audit: one row each, linking to its first token. */
-export function renderAudit(a) {
+function renderAudit(a) {
   $("audit-best").textContent = bestMatchText(a.best_match, a.searched);
   const t = $("audit-findings");
   const head = el("tr", {}, ["Severity", "Finding", "Message", "Episodes", "Tokens"].map((h) => el("th", { scope: "col" }, h)));
@@ -328,7 +199,7 @@ function writeLossParams(p) {
   history.replaceState(null, "", `${location.pathname}${q.toString() ? "?" + q : ""}`);
 }
 
-export function removedText(v) {
+function removedText(v) {
   const share = (x) => (x === null || x === undefined ? "—" : `${(100 * x).toFixed(1)}%`);
   const parts = [`Clipping removes ${share(v.clipped_share)} of the |A| on policy tokens; rollout-correction masking removes ${share(v.masked_share)}.`];
   if (!v.has_logprobs) parts.push("This batch has no log-probs: every ratio is 1, so nothing clips or is masked; the aggregation's length bias is still shown.");
@@ -355,7 +226,7 @@ function loadLoss(b) {
       plot(
         "fig-loss",
         [{ type: "scatter", mode: "markers", x: eps.map((e) => e.length), y: eps.map((e) => e.weight_per_abs_advantage), customdata: eps.map((e) => e.slug), marker: { color: POS }, hovertemplate: "%{customdata}<br>length %{x}<br>weight per |A| %{y:.3g}<extra></extra>" }],
-        { xaxis: { title: { text: "response length (policy tokens)" } }, yaxis: { title: { text: "Σ|w| / Σ|A|" }, rangemode: "tozero", exponentformat: "e" } },
+        { height: 320, xaxis: { title: { text: "response length (policy tokens)" } }, yaxis: { title: { text: "Σ|w| / Σ|A|" }, rangemode: "tozero", exponentformat: "e" } },
         `batch-${b.id}-loss`,
       );
     })
@@ -391,11 +262,11 @@ function load(offset, first) {
     });
 }
 const startOffset = Math.max(0, parseInt(new URLSearchParams(location.search).get("offset") || "0", 10) || 0);
-if ($("b-name")) load(startOffset, true);
-$("ep-prev")?.addEventListener("click", () => batch && load(Math.max(0, batch.offset - batch.limit), false));
-$("ep-next")?.addEventListener("click", () => batch && batch.next && load(batch.offset + batch.limit, false));
-$("ep-filter")?.addEventListener("input", () => batch && renderEpisodes(batch));
-$("loss-form")?.addEventListener("change", () => {
+load(startOffset, true);
+$("ep-prev").addEventListener("click", () => batch && load(Math.max(0, batch.offset - batch.limit), false));
+$("ep-next").addEventListener("click", () => batch && batch.next && load(batch.offset + batch.limit, false));
+$("ep-filter").addEventListener("input", () => batch && renderEpisodes(batch));
+$("loss-form").addEventListener("change", () => {
   if (!batch) return;
   const p = {};
   for (const k of LOSS_KEYS) p[k] = $(`loss-${k}`).value.trim() || LOSS_DEFAULTS[k];
@@ -404,7 +275,7 @@ $("loss-form")?.addEventListener("change", () => {
   $("loss-box").dataset.ready = "";
   loadLoss(batch);
 });
-$("b-name") && $("csv-btn").addEventListener("click", () => {
+$("csv-btn").addEventListener("click", () => {
   if (!batch) return;
   const lines = ["slug,task,group,reward,n_tokens"];
   for (const e of batch.episodes || []) {

@@ -1,9 +1,9 @@
 // Runs side by side (GET /api/runs/compare?runs=a,b): one figure per metric, one colour per run,
 // and a link back to each run. The runs are the page's `runs=` parameter (the URL is the state).
+import { $ } from "./page.js";
 import { el, fetchJSON, plotlyConfig, readInitial } from "./util.js";
 
 const init = readInitial();
-const $ = (id) => document.getElementById(id);
 const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
 // Colour-blind-safe, distinct in print (Okabe and Ito).
 export const RUN_COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"];

@@ -1,25 +1,21 @@
 // Episode page: controls <-> URL query string <-> /api/episodes/{slug}/advantages -> strips.
 import { Overview } from "./overview.js";
 import { TokenStrip, maxAbs } from "./strip.js";
+import { $, SCHEME_COLORS, clip, plot } from "./page.js";
 import { copyText, csvCell, debounce, download, el, fetchJSON, fmt, inkOn, markOpen, qnum, queryString, readInitial, rgb, signalColor, signalGradient, signalScale, urls, viewPairs } from "./util.js";
 
 const init = readInitial();
 const slug = init.slug;
 const state = { ...init.view, open: new Set(init.view.open || []), signals: [...(init.view.signals || [])] };
 
-const $ = (id) => document.getElementById(id);
 const stripBox = $("strip");
 let data = null;
 const explicitCritic = new URLSearchParams(location.search).has("critic");
 let inflight = null;
 
-/** The canonical query string; same keys and order as EpisodeView.query() in app/core/views.py. */
+/** The canonical query string: EpisodeView.query()'s keys and order (init.query_keys). */
 function query({ api = false } = {}) {
-  const p = viewPairs(state);
-  if (!api && state.open.size) p.push(["open", [...state.open].sort((a, b) => a - b).join(",")]);
-  if (!api && state.tok !== null && state.tok !== undefined) p.push(["tok", String(state.tok)]);
-  if (!api && state.chart) p.push(["chart", "1"]);
-  return queryString(p);
+  return queryString(viewPairs(state, init.query_keys, { api }));
 }
 
 function apiUrl() {
@@ -436,23 +432,21 @@ async function renderCallsChart() {
     node.textContent = `Plotly is not available (${urls.plotlyBasic}).`;
     return;
   }
-  const { plotlyConfig } = await import("./util.js");
   const rows = rowsOf(data);
   const calls = Array.isArray(data.episode?.meta?.calls) ? data.episode.meta.calls : [];
   const x = data.turns.map((t) => `${t.turn}: ${clip((calls[t.turn] && calls[t.turn].action) || t.text || "", 24)}`);
-  const palette = ["#1d4f91", "#b2182b", "#e08214", "#4d9221", "#762a83", "#35978f", "#8c510a"];
   const traces = rows.filter((r) => !r.signal).map((r, k) => ({
     type: "bar",
     name: r.label,
     x,
     y: data.turns.map((t) => (t.means ? t.means[r.name] : null)),
-    marker: { color: palette[k % palette.length] },
+    marker: { color: SCHEME_COLORS[k % SCHEME_COLORS.length] }, // blue/red mean the sign
   }));
-  window.Plotly.react(
+  plot(
     node,
     traces,
-    { barmode: "group", height: 360, margin: { l: 56, r: 16, t: 10, b: 90 }, yaxis: { title: { text: "mean advantage of the call" } }, xaxis: { type: "category", tickangle: -30, automargin: true }, legend: { orientation: "h", y: 1.15 } },
-    plotlyConfig(`creditlens-${slug}-calls`),
+    { barmode: "group", height: 360, margin: { l: 56, r: 16, t: 10, b: 90 }, yaxis: { title: { text: "mean advantage of the call" } }, xaxis: { type: "category", tickangle: -30, automargin: true, title: { text: "call" } }, legend: { orientation: "h", y: 1.15 } },
+    `creditlens-${slug}-calls`,
   );
   node.dataset.ready = "1";
 }
@@ -461,10 +455,6 @@ $("calls-chart-box").addEventListener("toggle", () => {
   syncUrl();
   renderCallsChart();
 });
-
-function clip(s, n) {
-  return s.length > n ? s.slice(0, n - 1) + "…" : s;
-}
 
 // ---- controls ----
 function bindPair(rangeId, numId, key) {

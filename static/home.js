@@ -1,9 +1,9 @@
 // Home: batches (search + source filter, state in the URL), episodes per batch, the newest training
 // runs, upload with drag and drop.
+import { $ } from "./page.js";
 import { ApiError, el, fetchJSON, fetchJSONPage, fmt, markOpen, readInitial, urls } from "./util.js";
 
 const init = readInitial();
-const $ = (id) => document.getElementById(id);
 
 function batchesOf(body) {
   if (Array.isArray(body)) return body;

@@ -1,9 +1,9 @@
 // The λ lab pages: fetch the figure's JSON twin (same query string), show progress while the
 // server computes, then draw with Plotly. No inline scripts: state comes from #lab-state.
-import { el, fetchJSON, fmt, markOpen, plotlyConfig, readInitial, urls } from "./util.js";
+import { $, plot } from "./page.js";
+import { el, fetchJSON, fmt, markOpen, readInitial } from "./util.js";
 
 const state = readInitial("lab-state");
-const $ = (id) => document.getElementById(id);
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
 const COLORS = { exact: "#1b6ca8", stale: "#d98c00", none: "#b2182b" };
 
@@ -25,15 +25,6 @@ function figure(id, title, note) {
   if (note) box.append(el("p", { class: "hint" }, note));
   $("lab-figs").append(box);
   return id;
-}
-
-function plot(id, traces, layout, name) {
-  if (!window.Plotly) {
-    $(id).textContent = `Plotly is not available (${urls.plotlyBasic}).`;
-    return;
-  }
-  const base = { margin: { l: 60, r: 20, t: 10, b: 50 }, legend: { orientation: "h", y: -0.25 }, hovermode: "closest" };
-  window.Plotly.newPlot(id, traces, { ...base, ...layout }, plotlyConfig(name));
 }
 
 function card(label, value, hint) {

@@ -1,10 +1,10 @@
 // One prompt of a run over the steps (GET /api/runs/{id}/prompts/{key}): its pass rate and mean
 // |A| per step, every episode of the step counted; a point or a row links to the prompt's group
 // at that step when its episodes were kept.
+import { $ } from "./page.js";
 import { el, fetchJSON, fmt, plotlyConfig, readInitial } from "./util.js";
 
 const init = readInitial();
-const $ = (id) => document.getElementById(id);
 const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
 
 function figure(plot, steps, name, y, percent) {

@@ -1,10 +1,10 @@
 // Run page: the stored per-step metrics of /api/runs/{id} as Plotly timelines (one figure per
 // family of metrics); a click on a point opens that step's batch page. One request, no episodes.
 // The figures on the first screen are drawn first; the rest, and the steps table, right after.
+import { $ } from "./page.js";
 import { el, fetchJSON, fmt, plotlyConfig, readInitial, urls } from "./util.js";
 
 const init = readInitial();
-const $ = (id) => document.getElementById(id);
 const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
 const COLORS = ["rgb(33,102,172)", "rgb(178,24,43)", "rgb(90,90,90)"];
 

@@ -2,10 +2,10 @@
 // its state (sort, limit, offset and FIELD__OP=value filters), so a copied address reopens the same
 // view. A click on a column sorts by it (again: the other way); filters are added with the form
 // and removed with their ×. Every change rewrites the address (replaceState) and asks again.
+import { $ } from "./page.js";
 import { el, fetchJSONPage, fmt, readInitial, urls } from "./util.js";
 
 const init = readInitial();
-const $ = (id) => document.getElementById(id);
 
 // The API's fields (app/storage/episode_search.py), their operators and headings.
 export const FIELDS = {

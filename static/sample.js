@@ -1,7 +1,7 @@
 // The /sample page: POST /api/samples?async=true, poll the job, draw the progress bar, link the batch.
+import { $ } from "./page.js";
 import { el, readInitial, ApiError, urls } from "./util.js";
 
-const $ = (id) => document.getElementById(id);
 const state = readInitial();
 
 function body() {

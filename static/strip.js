@@ -1,6 +1,7 @@
 // Token strips on one <canvas>: one sub-row per scheme, tokens wrapped into lines, only the
 // visible lines drawn (32k-token episodes scroll smoothly). Token text is drawn with fillText,
 // so it is never markup. One floating panel shows the token under the pointer or the cursor.
+import { clip } from "./page.js";
 import { GRAY, TOOL_GRAY, advColor, el, fmt, inkOn, rgb } from "./util.js";
 
 const FONT_PX = 12;
@@ -694,9 +695,4 @@ export function maxAbs(rows, kinds) {
     }
   }
   return m;
-}
-
-function clip(s, n) {
-  s = String(s ?? "");
-  return s.length > n ? s.slice(0, n - 1) + "…" : s;
 }

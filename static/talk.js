@@ -1,6 +1,6 @@
 // Talk mode: keys step through /talk/{n}; each step's view is resolved on the demo data by batch name.
-import { figGroups, figWhiten } from "./batch.js";
-import { attemptsTable } from "./group.js";
+import { attemptsTable } from "./attempts.js";
+import { figGroups, figWhiten } from "./batch_charts.js";
 import { TokenStrip, maxAbs, naiveGae } from "./strip.js";
 import { el, fetchJSON, fmt, queryString, readInitial, urls, viewPairs } from "./util.js";
 
@@ -58,7 +58,7 @@ async function showStrip() {
   const batch = await findBatch(view.batch);
   const ep = pickEpisode(batch, view.pick);
   let schemes = view.schemes.slice();
-  const q = () => queryString(viewPairs({ ...defaults, ...view, schemes }));
+  const q = () => queryString(viewPairs({ ...defaults, ...view, schemes }, init.query_keys));
   let d;
   try {
     d = await fetchJSON(urls.apiAdvantages(ep.slug, q()));
@@ -109,7 +109,7 @@ async function showGroup() {
   const g = await fetchJSON(urls.apiGroup(batch.id, g0.group));
   box.replaceChildren(
     el("p", {}, `Task group ${g.group}: ${g.episodes.length} attempts, pass rate ${fmt(g0.pass_rate, 2)}.`),
-    el("div", { class: "table-wrap" }, attemptsTable(g, batch.id)),
+    el("div", { class: "table-wrap" }, attemptsTable(g, init.schemes.group_baselines)),
     el("p", {}, el("a", { href: urls.group(batch.ref ?? batch.id, g.group) }, "Open the group page →")),
   );
 }

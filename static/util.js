@@ -36,29 +36,29 @@ export const urls = {
   apiCompare: (refs) => `/api/runs/compare?runs=${refs.map(enc).join(",")}`,
 };
 
-/** The numbers' part of an episode view's canonical query, in EpisodeView.query()'s key order
- * (app/core/views.py): [[key, value], ...]. */
-export function viewPairs(v) {
-  const p = [
-    ["scheme", v.schemes.join(",")],
-    ["gamma", qnum(v.gamma)],
-    ["lam", qnum(v.lam)],
-    ["baseline", v.baseline],
-    ["critic", v.critic],
-  ];
-  if (v.signals && v.signals.length) p.push(["signal", v.signals.join(",")]);
-  // The loss_weights row's parameters, only with that row (as EpisodeView._api_pairs).
-  if (v.schemes.includes("loss_weights")) {
-    p.push(["loss", v.loss || "vanilla"], ["agg", v.agg || "token-mean"], ["rollout_is", v.rollout_is || "none"]);
-    p.push(["rollout_is_threshold", v.rollout_is_threshold || "2"]);
-    if (v.bypass) p.push(["bypass", "1"]);
+/** An episode view's canonical query as [[key, value], ...]: `keys` is EpisodeView's QUERY_KEYS
+ * (app/core/views.py, sent in the page state as `query_keys`), so this writes what
+ * EpisodeView.query() writes. `api`: without the page-only keys (open, tok, chart). */
+export function viewPairs(v, keys, { api = false } = {}) {
+  const out = [];
+  for (const [key, attr, kind, gate] of keys) {
+    let x = v[attr];
+    if (x instanceof Set) x = [...x].sort((a, b) => a - b);
+    const unset = x === null || x === undefined || x === false || (Array.isArray(x) && !x.length);
+    if ((gate === "page" && api) || (gate !== "always" && unset)) continue;
+    if (gate.startsWith("row:") && !(v.schemes || []).includes(gate.slice(4))) continue;
+    if (kind === "list") out.push([key, x.join(",")]);
+    else if (kind === "num") out.push([key, qnum(x)]);
+    else if (kind === "flag") out.push([key, "1"]);
+    else out.push([key, String(x)]);
   }
-  return p;
+  return out;
 }
 
-/** A query string from [[key, value], ...]; commas stay readable, as the server writes them. */
+/** A query string from [[key, value], ...]; commas and colons (a trainer's scheme, "verl:gae") stay
+ * readable, as the server writes them. */
 export function queryString(pairs) {
-  return pairs.map(([k, v]) => `${k}=${encodeURIComponent(v).replace(/%2C/g, ",")}`).join("&");
+  return pairs.map(([k, v]) => `${k}=${encodeURIComponent(v).replace(/%2C/g, ",").replace(/%3A/g, ":")}`).join("&");
 }
 
 /** The page's initial state from <script type="application/json" id="initial-state">. */

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
+from typing import Any
 from urllib.parse import urlencode
 
 from app.core import schemes as sc
@@ -49,9 +50,37 @@ def _int_list(raw: str | None) -> list[int]:
     return sorted(set(out))
 
 
+def _choice(raw: str | None, allowed: Collection[str], default: str) -> str:
+    return raw if raw is not None and raw in allowed else default
+
+
 def fmt_num(x: float) -> str:
     # 0.95 -> "0.95", 1.0 -> "1": stable, short URLs that compare equal after a round trip.
     return f"{x:.6g}"
+
+
+# The query's keys in canonical order: (key, attribute, kind, gate). Python writes the query from
+# this list and the pages' scripts from the same list (the page state carries it: static/util.js
+# viewPairs), so the two cannot drift. kind: "list" (comma-joined), "num" (fmt_num), "str", "int",
+# "flag" ("1", absent when false). gate: "always"; "page" (a page-only key, absent from the API's
+# query, and absent when unset); "set" (absent when unset: empty, false, None); "row:NAME" (only
+# while that row is shown, so older links stay canonical).
+QUERY_KEYS: tuple[tuple[str, str, str, str], ...] = (
+    ("scheme", "schemes", "list", "always"),
+    ("gamma", "gamma", "num", "always"),
+    ("lam", "lam", "num", "always"),
+    ("baseline", "baseline", "str", "always"),
+    ("critic", "critic", "str", "always"),
+    ("signal", "signals", "list", "set"),
+    ("loss", "loss", "str", "row:loss_weights"),
+    ("agg", "agg", "str", "row:loss_weights"),
+    ("rollout_is", "rollout_is", "str", "row:loss_weights"),
+    ("rollout_is_threshold", "rollout_is_threshold", "str", "row:loss_weights"),
+    ("bypass", "bypass", "flag", "row:loss_weights"),
+    ("open", "open", "list", "page"),
+    ("tok", "tok", "int", "page"),
+    ("chart", "chart", "flag", "page"),
+)
 
 
 @dataclass
@@ -134,8 +163,8 @@ class EpisodeView:
             schemes=schemes,
             gamma=_float(q.get("gamma"), sc.DEFAULT_GAMMA, 0.0, 1.0),
             lam=_float(q.get("lam"), sc.DEFAULT_LAM, 0.0, 1.0),
-            baseline=q.get("baseline") if q.get("baseline") in sc.BASELINES else sc.DEFAULT_BASELINE,
-            critic=q.get("critic") if q.get("critic") in sc.CRITICS else sc.DEFAULT_CRITIC,
+            baseline=_choice(q.get("baseline"), sc.BASELINES, sc.DEFAULT_BASELINE),
+            critic=_choice(q.get("critic"), sc.CRITICS, sc.DEFAULT_CRITIC),
             open=_int_list(q.get("open")),
             tok=int(tok_raw) if tok_raw.isdigit() else None,
             chart=q.get("chart") == "1",
@@ -148,36 +177,33 @@ class EpisodeView:
         )
 
     def query(self) -> str:
-        """The canonical query string (same key order as static/episode.js)."""
-        extra = []
-        if self.open:
-            extra.append(("open", ",".join(map(str, self.open))))
-        if self.tok is not None:
-            extra.append(("tok", str(self.tok)))
-        if self.chart:
-            extra.append(("chart", "1"))
-        return urlencode(self._api_pairs() + extra, safe=",")
+        """The canonical query string: :data:`QUERY_KEYS` in order (static/util.js viewPairs
+        writes the same from the same list)."""
+        return urlencode(self.pairs(api=False), safe=",:")
 
     def api_query(self) -> str:
         """The query string of the advantages API for this view (no page-only keys)."""
-        return urlencode(self._api_pairs(), safe=",")
+        return urlencode(self.pairs(api=True), safe=",:")
 
-    def _api_pairs(self) -> list[tuple[str, str]]:
-        pairs = [
-            ("scheme", ",".join(self.schemes)),
-            ("gamma", fmt_num(self.gamma)),
-            ("lam", fmt_num(self.lam)),
-            ("baseline", self.baseline),
-            ("critic", self.critic),
-        ]
-        if self.signals:  # absent when none: links from before signal rows stay canonical
-            pairs.append(("signal", ",".join(self.signals)))
-        if "loss_weights" in self.schemes:
-            pairs += [("loss", self.loss), ("agg", self.agg), ("rollout_is", self.rollout_is)]
-            pairs.append(("rollout_is_threshold", self.rollout_is_threshold))
-            if self.bypass:
-                pairs.append(("bypass", "1"))
-        return pairs
+    def pairs(self, api: bool) -> list[tuple[str, str]]:
+        """[(key, value)] of the query, as :data:`QUERY_KEYS` says; ``api``: without page-only keys."""
+        out: list[tuple[str, str]] = []
+        for key, attr, kind, gate in QUERY_KEYS:
+            x = getattr(self, attr)
+            unset = x is None or x is False or (isinstance(x, list) and not x)
+            if (gate == "page" and api) or (gate != "always" and unset):
+                continue
+            if gate.startswith("row:") and gate[4:] not in self.schemes:
+                continue
+            if kind == "list":
+                out.append((key, ",".join(map(str, x))))
+            elif kind == "num":
+                out.append((key, fmt_num(x)))
+            elif kind == "flag":
+                out.append((key, "1"))
+            else:
+                out.append((key, str(x)))
+        return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -105,6 +105,7 @@ async def episode_page(request: Request, slug: str, session: SessionDep) -> Resp
         "api": api,
         "episode_api": urls.api_episode(slug),
         "schemes": schemes.client_config(),
+        "query_keys": st.QUERY_KEYS,
         "signals": signal_catalog(),
         # The link asked for rows that read critic values the episode lacks: shown with V = 0.
         "critic_fallback": q.get("critic") is None and view.critic == schemes.NO_CRITIC,
@@ -235,5 +236,5 @@ async def talk_step(request: Request, step: int) -> Response:
     }
     if wants_json(request):
         return JSONResponse(page)
-    initial = {**page, "schemes": schemes.client_config()}
+    initial = {**page, "schemes": schemes.client_config(), "query_keys": st.QUERY_KEYS}
     return render(request, "talk.html", {"initial": initial, "s": s, "step": step, "n": n, "page": page})
