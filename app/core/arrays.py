@@ -10,8 +10,9 @@ unchanged) or, for rows stored before it, the plain little-endian arrays; no per
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,7 +30,7 @@ try:  # orjson is several times faster for the big token lists; json is the fall
 
     json_loads = orjson.loads
 except ImportError:  # pragma: no cover
-    json_dumps = json.dumps  # type: ignore[assignment]
+    json_dumps = json.dumps
     json_loads = json.loads  # type: ignore[assignment]
 
 F64 = np.dtype("<f8")
@@ -44,14 +45,15 @@ SIGNAL_FIELDS = ("ref_logprobs", "rollout_logprobs", "entropy")
 _KIND_NAMES = np.array(KIND_NAMES, dtype=object)
 
 
-def kind_codes(kinds: list[str]) -> np.ndarray:
+def kind_codes(kinds: Sequence[str]) -> np.ndarray:
     """[T] uint8 codes of validated kind names (a C-level map: no per-token Python bytecode)."""
     return np.frombuffer(bytes(map(KIND_CODES.__getitem__, kinds)), dtype=np.uint8)
 
 
 def kind_names(codes: np.ndarray) -> list[str]:
     """[T] kind names of uint8 codes."""
-    return _KIND_NAMES[codes].tolist()
+    names: list[str] = _KIND_NAMES[codes].tolist()
+    return names
 
 
 def id_tokens(ids: np.ndarray) -> list[str]:
@@ -137,7 +139,7 @@ class EpisodeArrays:
     @property
     def policy(self) -> np.ndarray:
         """[T] bool policy mask."""
-        return self.kinds == POLICY
+        return np.asarray(self.kinds == POLICY)
 
     @property
     def score(self) -> float:
@@ -161,7 +163,31 @@ def uploaded_advantages(ep: EpisodeIn) -> list[float] | None:
     return meta.get("uploaded_advantages")
 
 
-def arrays_of(src: Any, kinds: np.ndarray, floats: dict, turn_ids, tokens, meta, token_ids) -> EpisodeArrays:
+class EpisodeScalars(Protocol):
+    """The per-episode scalars :func:`arrays_of` reads: a native episode, a stored row, or a
+    prepared row's namespace."""
+
+    @property
+    def reward(self) -> float | None: ...
+    @property
+    def group(self) -> str | None: ...
+    @property
+    def truncated(self) -> bool: ...
+    @property
+    def bootstrap_value(self) -> float | None: ...
+
+
+def arrays_of(
+    src: EpisodeScalars,
+    kinds: np.ndarray,
+    floats: Mapping[str, np.ndarray | None],
+    turn_ids: np.ndarray | None,
+    tokens: list[str],
+    meta: dict[str, Any],
+    token_ids: np.ndarray | None,
+) -> EpisodeArrays:
+    """The :class:`EpisodeArrays` of decoded columns (``floats``: every name of FLOAT_FIELDS) and
+    the episode's scalars; ``slug`` and ``batch_id`` are read when ``src`` has them."""
     return EpisodeArrays(
         tokens=tokens,
         kinds=kinds,

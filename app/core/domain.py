@@ -22,8 +22,8 @@ def policy_mask(kinds: np.ndarray | Sequence[str]) -> np.ndarray:
     """[T] bool: True on policy tokens. ``kinds``: uint8 codes or kind names."""
     arr = np.asarray(kinds)
     if arr.dtype.kind in "US" or arr.dtype == object:
-        return arr == "policy"
-    return arr == POLICY
+        return np.asarray(arr == "policy")
+    return np.asarray(arr == POLICY)
 
 
 # ---- score and pass ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypedDict
 
 import numpy as np
 
@@ -332,7 +332,20 @@ def call_credit(
     return CallCredit(call_effects(calls), tokens, bool(passed), float(advantage), oracle)
 
 
-def credit_by_effect(episodes: Iterable[CallCredit], order: Sequence[str] = ()) -> dict[str, dict]:
+class EffectCredit(TypedDict):
+    """One call effect's row of :func:`credit_by_effect`."""
+
+    calls: int
+    tokens: int
+    credit: float
+    call_credit: float
+    share: float
+    call_share: float
+    mean_outcome_advantage: float
+    mean_oracle_advantage: float | None
+
+
+def credit_by_effect(episodes: Iterable[CallCredit], order: Sequence[str] = ()) -> dict[str, EffectCredit]:
     """Per call effect, over the calls of ``episodes`` (effects of ``order`` first, the others in
     order of appearance):
 
@@ -389,7 +402,7 @@ def credit_by_effect(episodes: Iterable[CallCredit], order: Sequence[str] = ()) 
     }
 
 
-def useless_credit(by_effect: dict[str, dict]) -> tuple[float | None, float | None]:
+def useless_credit(by_effect: dict[str, EffectCredit]) -> tuple[float | None, float | None]:
     """(token-weighted, per-call) :func:`app.core.domain.useless_credit_share` of a
     :func:`credit_by_effect` answer; None where no positive credit was handed out."""
     return (

@@ -30,7 +30,7 @@ readers see float64 and int32 exactly as before.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +43,7 @@ ZSTD: Final = 1
 CONST: Final = 2
 RLE: Final = 3
 # Stored dtypes (code -> numpy dtype); TEXT is UTF-8 bytes decoded by unpack_text.
-DTYPES: Final = {
+DTYPES: Final[dict[int, np.dtype[Any]]] = {
     1: np.dtype("u1"),
     2: np.dtype("<i4"),
     3: np.dtype("<i8"),
@@ -52,7 +52,7 @@ DTYPES: Final = {
     6: np.dtype("u1"),
 }
 TEXT: Final = 6
-_CODES: Final = {
+_CODES: Final[dict[np.dtype[Any], int]] = {
     np.dtype("u1"): 1,
     np.dtype("<i4"): 2,
     np.dtype("<i8"): 3,
@@ -65,7 +65,7 @@ _HEADER = struct.Struct("<BBBBII")
 _ZSTD = pa.Codec("zstd", compression_level=3)
 # Runs are worth storing as runs when they are this many times fewer than the elements.
 _RLE_FACTOR = 8
-_U = {1: np.dtype("u1"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
+_U: Final[dict[int, np.dtype[Any]]] = {1: np.dtype("u1"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
 
 
 def is_packed(blob: bytes | memoryview | None) -> bool:

@@ -395,12 +395,20 @@ class StepUploadOut(UploadOut):
     n_episodes_kept: int = Field(description="episodes stored in full (the run's keep)")
 
 
-# One episode of a batch without its arrays: the batch API's episode row plus the meta JSON the
-# diagnostics read. Its fields are the columns batch_summaries selects.
-EpisodeSummary = NamedTuple(  # noqa: UP014 - the fields come from the API schema
-    "EpisodeSummary",
-    [*((n, f.annotation) for n, f in BatchEpisodeOut.model_fields.items()), ("meta_json", str)],
-)
+class EpisodeSummary(NamedTuple):
+    """One episode of a batch without its arrays: the batch API's episode row
+    (:class:`BatchEpisodeOut`, the same fields in the same order) plus the meta JSON the
+    diagnostics read. Its fields are the columns batch_summaries selects."""
+
+    slug: str
+    group: str | None
+    reward: float | None
+    score: float
+    passed: bool
+    n_tokens: int
+    task: str | None
+    rewarded: bool
+    meta_json: str
 
 
 class EpisodeScore(NamedTuple):

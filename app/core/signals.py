@@ -16,7 +16,7 @@ never train on tool output, so a number there says nothing about the policy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
@@ -75,7 +75,7 @@ SIGNAL_ROWS: dict[str, Signal] = {
 META = "meta:"
 
 
-def _meta_row(ep: EpisodeArrays, name: str) -> list | None:
+def _meta_row(ep: EpisodeArrays, name: str) -> list[Any] | None:
     rows = ep.meta.get("token_signals") if isinstance(ep.meta, dict) else None
     row = rows.get(name) if isinstance(rows, dict) else None
     return row if isinstance(row, list) and len(row) == len(ep.kinds) else None
@@ -112,6 +112,13 @@ def parse_signals(raw: Sequence[str] | None) -> list[str]:
     return names
 
 
+def _present(a: np.ndarray | None, name: str) -> np.ndarray:
+    """``a``, which :func:`available_signals` said the episode has (KeyError when it has not)."""
+    if a is None:
+        raise KeyError(name)
+    return a
+
+
 def signal_values(ep: EpisodeArrays, name: str) -> np.ndarray:
     """[T] float64 of one signal, NaN off-policy (orjson writes null). The arrays must exist."""
     if name == "logprob":
@@ -119,9 +126,9 @@ def signal_values(ep: EpisodeArrays, name: str) -> np.ndarray:
     elif name == "entropy":
         v = np.array(ep.entropy, dtype=np.float64)
     elif name == "kl":
-        v = ep.logprobs - ep.ref_logprobs
+        v = _present(ep.logprobs, name) - _present(ep.ref_logprobs, name)
     elif name == "ratio":
-        v = np.exp(ep.logprobs - ep.rollout_logprobs)
+        v = np.exp(_present(ep.logprobs, name) - _present(ep.rollout_logprobs, name))
     elif SIGNAL_ROWS.get(name) and SIGNAL_ROWS[name].needs[0].startswith(META):
         v = np.array(_meta_row(ep, SIGNAL_ROWS[name].needs[0][len(META) :]), dtype=np.float64)
     else:  # parse_signals guards the names
@@ -150,7 +157,17 @@ def signal_rows(ep: EpisodeArrays, names: Sequence[str], as_numpy: bool = False)
     return out
 
 
-def catalog() -> list[dict[str, str]]:
+class SignalInfo(TypedDict):
+    """One entry of :func:`catalog`."""
+
+    name: str
+    label: str
+    scale: str
+    needs: list[str]
+    description: str
+
+
+def catalog() -> list[SignalInfo]:
     """Every signal the service knows: [{name, label, scale, needs, description}]."""
     return [
         {"name": n, "label": s.label, "scale": s.scale, "needs": list(s.needs), "description": s.description}
