@@ -1,0 +1,102 @@
+"""Token-in/token-out: where a turn's prompt re-renders the tokens sampled before it.
+
+A multi-turn loop that keeps token ids (NeMo Gym, agent-lightning, SkyRL, verifiers, prime-rl) hands
+each turn's prompt to the engine as ids. When the loop decodes the model's reply to text and the
+chat template encodes it again for the next turn, that prompt no longer starts with the ids the
+model sampled: the trained sequence holds tokens the model never chose (a tool call re-serialised,
+whitespace normalised). An episode is stored as it was sampled — the generated ids are the policy
+tokens, and only what a turn's prompt adds after the sampled ids (tool output, template) is new — and
+the re-rendered span is kept beside it, measured by :func:`align_turn`.
+
+The alignment: ``p`` is the length of the common prefix of the ids sampled so far and the next
+prompt. Past ``p`` the sampled tail ``S`` and the prompt's re-render of it are matched by
+:class:`difflib.SequenceMatcher` over a window of the prompt (the re-render is about as long as what
+it re-renders); the re-render ends where the last matched block ends, plus the unmatched sampled
+tokens after it, one for one. What follows in the prompt is the turn's new part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+
+# How far past the sampled tail's length the re-render may run (a template that adds a few tokens
+# around a re-serialised tool call).
+WINDOW_SLACK = 64
+
+
+@dataclass(frozen=True)
+class TurnDrift:
+    """How one turn's prompt re-renders the ids sampled before it.
+
+    start:      index (in the ids sampled so far) where the prompt first differs.
+    sampled:    the sampled ids from ``start`` on (what the model chose).
+    rerendered: the prompt's ids that stand for them (what a trainer that reads the prompt trains on).
+    differing:  sampled ids without a counterpart in the re-render (0: the turn re-renders nothing).
+    new_from:   index in the prompt where its new part (tool output, template) begins.
+    """
+
+    start: int
+    sampled: list[int]
+    rerendered: list[int]
+    differing: int
+    new_from: int
+
+    @property
+    def first_pair(self) -> tuple[int | None, int | None]:
+        """(sampled id, re-rendered id) at the first position where they differ."""
+        s = self.sampled[0] if self.sampled else None
+        r = self.rerendered[0] if self.rerendered else None
+        return s, r
+
+    def as_meta(self, turn: int, position: int) -> dict[str, object]:
+        """The JSON an episode's ``meta.drift`` keeps for this turn (``position``: where the sampled
+        span starts in the stored token row)."""
+        s, r = self.first_pair
+        return {
+            "turn": turn,
+            "position": position,
+            "sampled": len(self.sampled),
+            "rerendered_ids": self.rerendered,
+            "differing": self.differing,
+            "first": [s, r],
+        }
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in blocks first: the prefix is usually the whole of ``a``.
+    step = 256
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def align_turn(sampled_so_far: list[int], prompt: list[int]) -> TurnDrift | None:
+    """None when ``prompt`` starts with ``sampled_so_far`` (token-in/token-out holds: the prompt's
+    new part is ``prompt[len(sampled_so_far):]``); otherwise the :class:`TurnDrift` of the turn."""
+    p = common_prefix(sampled_so_far, prompt)
+    if p == len(sampled_so_far):
+        return None
+    tail = sampled_so_far[p:]
+    window = prompt[p : p + len(tail) + WINDOW_SLACK]
+    m = SequenceMatcher(None, tail, window, autojunk=False)
+    blocks = [b for b in m.get_matching_blocks() if b.size]
+    matched = sum(b.size for b in blocks)
+    if blocks:
+        last = blocks[-1]
+        end = last.b + last.size + (len(tail) - (last.a + last.size))
+    else:
+        end = len(tail)
+    end = min(end, len(prompt) - p)
+    return TurnDrift(
+        start=p,
+        sampled=tail,
+        rerendered=prompt[p : p + end],
+        differing=len(tail) - matched,
+        new_from=p + end,
+    )
