@@ -7,7 +7,7 @@ positions; outputs are 0 off-mask.
 
 # builtin: the built-in estimators register themselves on import, so importing the package (as
 # importing any of its modules does) fills the registry, and the registry never imports them back.
-from . import builtin, native  # noqa: F401
+from . import builtin, dialects, native  # noqa: F401
 from .groups import (
     GroupStats,
     batch_whiten,

@@ -1,0 +1,292 @@
+"""OpenRLHF 0.11.2's advantages (``openrlhf/trainer/ppo_utils/experience_maker.py``,
+``RemoteExperienceMaker.compute_advantages_and_returns``), vectorised, on our [B, T] layout.
+
+What OpenRLHF does, step by step, and how each step reads our input:
+
+1. **One reward per sample.** A sample's reward is a scalar (its multi-turn agent adds up the
+   steps' rewards, ``openrlhf/utils/agent.py``), so the dialect's reward is the sum of every reward
+   of the row (a reward on a tool token counts).
+2. **Group shaping** by ``rewards.reshape(-1, n_samples_per_prompt)``: ``rloo`` (minus the mean
+   of the others), ``reinforce_baseline`` / ``dr_grpo`` (minus the group mean), ``group_norm``
+   (over the unbiased group std + 1e-9), ``flash_reinforce`` (minus the batch mean). Groups come
+   from ``inp.groups``; when they are contiguous blocks of one size (OpenRLHF's own layout) the
+   same reshape and reductions run, so rounding matches too. OpenRLHF refuses
+   ``n_samples_per_prompt == 1`` for the group estimators (``train_ppo_ray.py``): a group of one
+   is a ValueError here.
+3. ``compute_reward``: the shaped reward is clamped to ``clip_range`` (``--reward.clip_range``,
+   default (-10, 10)) and written into the KL tensor's dtype (float32) at the last policy token.
+4. **Per-token returns.** ``gae``: ``get_advantages_and_returns`` zeroes values and rewards where
+   ``action_mask`` is 0 but still steps through those positions, decaying gamma * lambda once per
+   tool token and reading V = 0 there. The others: ``get_cumulative_returns`` with gamma (forced
+   to 1 for all but ``reinforce``), stepping through tool tokens too.
+5. **Whitening** for ``gae``, ``reinforce`` and ``reinforce_baseline``: mean and biased variance
+   over the batch's policy tokens, computed in float32, ``var.clamp(min=1e-8).rsqrt()``;
+   ``no_std_norm`` keeps only the mean subtraction.
+
+Every output is 0 off the policy mask (OpenRLHF's loss masks those positions out). Truncated rows
+bootstrap nothing (``last_value`` is not read), as OpenRLHF.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from .._scan import reverse_scan
+from ..groups import group_stats
+from ..registry import EstimatorInput, EstimatorOutput, register
+from ._common import contiguous_size, float_dtype, last_policy, on_policy, policy, row_sums
+
+VERSION = "0.11.2"
+TRAINER = "openrlhf"
+CLIP_RANGE = (-10.0, 10.0)  # --reward.clip_range's default
+GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
+
+
+def _contiguous(r: Tensor, n: int, estimator: str) -> Tensor:
+    """OpenRLHF's own shaping on ``r.reshape(-1, n)`` (the same reductions, so the same rounding)."""
+    g = r.reshape(-1, n)
+    if estimator == "rloo":
+        g = g - (g.sum(-1, keepdim=True) - g) / (n - 1)
+    elif estimator in ("reinforce_baseline", "dr_grpo"):
+        g = g - g.mean(-1, keepdim=True)
+    else:  # group_norm
+        g = (g - g.mean(-1, keepdim=True)) / (g.std(-1, keepdim=True) + 1e-9)
+    return g.reshape(-1)
+
+
+def _by_labels(r: Tensor, inp: EstimatorInput, estimator: str) -> Tensor:
+    """The same shaping for groups that are not contiguous blocks of one size (float64 statistics)."""
+    st = group_stats(r, inp.groups)
+    if estimator == "rloo":
+        a = st.centered * st.count / (st.count - 1)
+    elif estimator in ("reinforce_baseline", "dr_grpo"):
+        a = st.centered
+    else:
+        a = st.centered / (st.std("sample") + 1e-9)
+    return a.to(r.dtype)
+
+
+def shaped_rewards(inp: EstimatorInput, estimator: str, clip_range: tuple[float, float] | None) -> Tensor:
+    """[B] float32: each sample's reward after OpenRLHF's group shaping and ``compute_reward``'s
+    clamp, in the dtype ``compute_reward`` writes it in (the KL tensor's, float32)."""
+    s = row_sums(inp)
+    r = s.to(torch.promote_types(s.dtype, torch.float32))  # "at least FP32 for group statistics"
+    B = r.shape[0]
+    if estimator in GROUP_ESTIMATORS and B:
+        st_count = group_stats(r, inp.groups).gcount
+        if bool((st_count < 2).any()):
+            raise ValueError(
+                f"OpenRLHF's {estimator} needs n_samples_per_prompt > 1 (a group of one has no baseline)"
+            )
+        n = contiguous_size(inp.groups, B)
+        r = _contiguous(r, n, estimator) if n is not None else _by_labels(r, inp, estimator)
+    elif estimator == "flash_reinforce" and B:
+        r = r - r.mean()
+    if clip_range:
+        r = r.clamp(min=clip_range[0], max=clip_range[1])
+    return r.to(torch.float32)
+
+
+def _whiten(adv: Tensor, m: Tensor, no_std_norm: bool) -> Tensor:
+    """OpenRLHF's batch normalisation: statistics over policy tokens in float32, biased variance,
+    ``clamp(min=1e-8).rsqrt()``; applied in the advantages' dtype, 0 off-mask."""
+    a32 = adv.float()
+    mf = m.to(torch.float32)
+    n = m.sum()
+    mean = (a32 * mf).sum() / n
+    if no_std_norm:
+        out = adv - mean
+    else:
+        var = ((a32 - mean).pow(2) * mf).sum() / n
+        out = (adv - mean) * var.clamp(min=1e-8).rsqrt()
+    return torch.where(m, out, torch.zeros((), dtype=out.dtype))
+
+
+def _outcome(
+    inp: EstimatorInput,
+    estimator: str,
+    clip_range: tuple[float, float] | None,
+    whiten: bool,
+    no_std_norm: bool,
+) -> EstimatorOutput:
+    """gamma = 1 estimators: the return of every token up to the last policy token is the shaped
+    reward, so every policy token carries it."""
+    m = policy(inp)
+    dtype = float_dtype(inp)
+    r = shaped_rewards(inp, estimator, clip_range)
+    ret = on_policy(r, m)  # float32, as OpenRLHF's returns
+    adv = _whiten(ret, m, no_std_norm) if whiten else ret
+    return EstimatorOutput(
+        advantages=adv.to(dtype),
+        value_targets=ret.to(dtype),
+        extras={"episode_advantages": r.to(dtype)} if not whiten else {},
+    )
+
+
+def _gae(inp: EstimatorInput, clip_range: tuple[float, float] | None, no_std_norm: bool) -> EstimatorOutput:
+    if inp.values is None:
+        raise ValueError("OpenRLHF's gae needs values (a critic)")
+    m = policy(inp)
+    B, T = m.shape
+    dtype = float_dtype(inp)
+    last = last_policy(m)
+    r = shaped_rewards(inp, "gae", clip_range)
+    # action_mask * values: V = 0 on tool tokens and padding (where, not *: no NaN leaks).
+    cdt = torch.promote_types(torch.float32, inp.values.dtype)
+    v = torch.where(m, inp.values.to(cdt), torch.zeros((), dtype=cdt))
+    W = int(last.max().item()) + 1 if B and T else 0  # columns after every row's end stay 0
+    adv = torch.zeros(B, T, dtype=cdt)
+    if W:
+        rows = (last >= 0).nonzero().squeeze(1)
+        d = torch.zeros(B, W, dtype=cdt)
+        d[rows, last[rows]] = r[rows].to(cdt)
+        vw = v[:, :W]
+        d.sub_(vw)  # delta_t = r_t + gamma V_{t+1} - V_t, every column (V_W = 0 on every row)
+        d[:, :-1].add_(vw[:, 1:], alpha=float(inp.gamma))
+        adv[:, :W] = reverse_scan(d, float(inp.gamma) * float(inp.lam))
+    returns = torch.where(m, adv + v, torch.zeros((), dtype=cdt))
+    out = _whiten(adv, m, no_std_norm)
+    return EstimatorOutput(advantages=out.to(dtype), value_targets=returns.to(dtype), extras={})
+
+
+def _reinforce(
+    inp: EstimatorInput, clip_range: tuple[float, float] | None, no_std_norm: bool
+) -> EstimatorOutput:
+    """``get_cumulative_returns`` with the reward on the last policy token only: the return at
+    column t is ``gamma ** (last - t) * R``, one discount per column (tool tokens included)."""
+    m = policy(inp)
+    B, T = m.shape
+    dtype = float_dtype(inp)
+    last = last_policy(m)
+    r = shaped_rewards(inp, "reinforce", clip_range)
+    k = (last[:, None] - torch.arange(T)[None, :]).clamp(min=0).to(torch.float64)
+    ret64 = r.double()[:, None] * torch.pow(torch.tensor(float(inp.gamma), dtype=torch.float64), k)
+    ret = torch.where(m, ret64, 0.0).to(torch.float32)
+    return EstimatorOutput(advantages=_whiten(ret, m, no_std_norm).to(dtype), value_targets=ret.to(dtype))
+
+
+_ADV = "--algo.advantage.estimator"
+
+
+def _reg(
+    name: str, label: str, description: str, kind: str, reads: tuple[str, ...], params: dict[str, object]
+) -> Callable[[Callable[..., EstimatorOutput]], Callable[..., EstimatorOutput]]:
+    return register(
+        f"{TRAINER}:{name}",
+        label=f"{label} (OpenRLHF {VERSION})",
+        description=description,
+        kind=kind,
+        reads=reads,
+        params=params,
+        trainer=TRAINER,
+        version=VERSION,
+    )
+
+
+@_reg(
+    "gae",
+    "GAE",
+    "OpenRLHF's GAE: the episode's reward on the last policy token; values and rewards zeroed on "
+    "tool tokens but the recursion still steps through them (gamma*lambda decays once per tool "
+    "token, V = 0 read there); then whitened over the batch's policy tokens in float32.",
+    "token",
+    ("rewards", "values"),
+    {"no_std_norm": False, "clip_range": CLIP_RANGE},
+)
+def _openrlhf_gae(
+    inp: EstimatorInput, no_std_norm: bool = False, clip_range: tuple[float, float] | None = CLIP_RANGE
+) -> EstimatorOutput:
+    return _gae(inp, clip_range, no_std_norm)
+
+
+@_reg(
+    "reinforce",
+    "REINFORCE",
+    "OpenRLHF's REINFORCE: the episode's reward on the last policy token, discounted once per "
+    "column back from it (tool tokens included), whitened over the batch's policy tokens in float32.",
+    "token",
+    ("rewards",),
+    {"no_std_norm": False, "clip_range": CLIP_RANGE},
+)
+def _openrlhf_reinforce(
+    inp: EstimatorInput, no_std_norm: bool = False, clip_range: tuple[float, float] | None = CLIP_RANGE
+) -> EstimatorOutput:
+    return _reinforce(inp, clip_range, no_std_norm)
+
+
+@_reg(
+    "rloo",
+    "RLOO",
+    "OpenRLHF's RLOO: the episode's reward (every reward of the row) minus the mean of the others "
+    "in its group, clamped to clip_range, as float32; gamma forced to 1; a group of one is refused.",
+    "outcome",
+    ("rewards", "groups"),
+    {"clip_range": CLIP_RANGE},
+)
+def _openrlhf_rloo(
+    inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
+) -> EstimatorOutput:
+    return _outcome(inp, "rloo", clip_range, whiten=False, no_std_norm=False)
+
+
+@_reg(
+    "reinforce_baseline",
+    "REINFORCE++ baseline",
+    "OpenRLHF's reinforce_baseline: reward minus the group mean, on every policy token, then "
+    "whitened over the batch's policy tokens in float32 (longer rows weigh more); gamma forced to 1.",
+    "outcome",
+    ("rewards", "groups"),
+    {"no_std_norm": False, "clip_range": CLIP_RANGE},
+)
+def _openrlhf_rfb(
+    inp: EstimatorInput, no_std_norm: bool = False, clip_range: tuple[float, float] | None = CLIP_RANGE
+) -> EstimatorOutput:
+    return _outcome(inp, "reinforce_baseline", clip_range, whiten=True, no_std_norm=no_std_norm)
+
+
+@_reg(
+    "group_norm",
+    "GRPO (group_norm)",
+    "OpenRLHF's group_norm (GRPO): reward minus the group mean over the unbiased group std + 1e-9 "
+    "(an all-equal group keeps its rounding residue over 1e-9), clamped, as float32; gamma forced to 1.",
+    "outcome",
+    ("rewards", "groups"),
+    {"clip_range": CLIP_RANGE},
+)
+def _openrlhf_group_norm(
+    inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
+) -> EstimatorOutput:
+    return _outcome(inp, "group_norm", clip_range, whiten=False, no_std_norm=False)
+
+
+@_reg(
+    "dr_grpo",
+    "Dr. GRPO",
+    "OpenRLHF's dr_grpo: reward minus the group mean, no std and no whitening; clamped, as float32; "
+    "gamma forced to 1.",
+    "outcome",
+    ("rewards", "groups"),
+    {"clip_range": CLIP_RANGE},
+)
+def _openrlhf_dr_grpo(
+    inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
+) -> EstimatorOutput:
+    return _outcome(inp, "dr_grpo", clip_range, whiten=False, no_std_norm=False)
+
+
+@_reg(
+    "flash_reinforce",
+    "FlashREINFORCE",
+    "OpenRLHF's flash_reinforce: reward minus the mean reward of the whole batch (no groups, no "
+    "whitening); clamped, as float32; gamma forced to 1.",
+    "outcome",
+    ("rewards",),
+    {"clip_range": CLIP_RANGE},
+)
+def _openrlhf_flash(
+    inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
+) -> EstimatorOutput:
+    return _outcome(inp, "flash_reinforce", clip_range, whiten=False, no_std_norm=False)
