@@ -5,5 +5,8 @@ trainer's module to this import)."""
 
 from . import (  # noqa: F401
     areal,
+    nemo_rl,
     openrlhf,
+    prime_rl,
+    slime,
 )
