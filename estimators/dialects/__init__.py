@@ -9,4 +9,5 @@ from . import (  # noqa: F401
     openrlhf,
     prime_rl,
     slime,
+    trl,
 )

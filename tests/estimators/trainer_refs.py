@@ -184,3 +184,77 @@ def close_f32(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor | Non
         o, t = o[mask != 0], t[mask != 0]
     scale = max(t.abs().max().item(), 1e-6)
     assert (o - t).abs().max().item() <= 2e-6 * scale, (o - t).abs().max().item()
+
+
+# ---- TRL ----------------------------------------------------------------------------------------
+
+
+@cache
+def trl_grpo_trainer() -> Any:
+    """A TRL 1.16.0 ``GRPOTrainer`` on CPU over a 1-layer random Llama and a byte-level tokenizer
+    trained here (nothing downloaded). Its one reward function returns each input's ``score``
+    column, so the trainer's own ``_generate_and_score_completions`` turns the scores we give it
+    into advantages."""
+    datasets = pytest.importorskip("datasets")
+    transformers = pytest.importorskip("transformers")
+    trl = pytest.importorskip("trl")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        ["call the tool: search(x)\n", "the answer is 4\n"] * 20,
+        trainers.BpeTrainer(
+            vocab_size=280,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=["<pad>", "<eos>"],
+            show_progress=False,
+        ),
+    )
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=len(hf_tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pad_token_id=hf_tok.pad_token_id,
+        eos_token_id=hf_tok.eos_token_id,
+    )
+    model = transformers.AutoModelForCausalLM.from_config(config)
+
+    def score(*, score: list[float], **_columns: Any) -> list[float]:
+        return [float(s) for s in score]
+
+    args = trl.GRPOConfig(
+        output_dir=os.path.join(os.environ.get("TMPDIR", "/tmp"), "creditlens-trl-ref"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        num_generations=2,
+        max_completion_length=2,
+        per_device_train_batch_size=2,
+        max_steps=1,
+        save_strategy="no",
+    )
+    dataset = datasets.Dataset.from_dict({"prompt": ["call the tool"] * 4, "score": [0.0] * 4})
+    return trl.GRPOTrainer(
+        model=model, reward_funcs=score, args=args, train_dataset=dataset, processing_class=hf_tok
+    )
+
+
+def trl_advantages(scores: torch.Tensor, num_generations: int, scale_rewards: str = "group") -> torch.Tensor:
+    """[B] TRL 1.16.0's GRPO advantages of ``scores`` [B] in contiguous groups of ``num_generations``,
+    from ``GRPOTrainer._generate_and_score_completions`` itself (it generates 2 tokens per row with
+    the tiny model, scores them with our scores and forms the advantages). ``num_generations`` and
+    ``scale_rewards`` are the trainer's config values, which that method reads from the trainer."""
+    trainer = trl_grpo_trainer()
+    trainer.num_generations = trainer.num_generations_eval = num_generations
+    trainer.scale_rewards = scale_rewards
+    inputs = [{"prompt": "call the tool", "score": float(s)} for s in scores.tolist()]
+    with torch.no_grad():
+        out = trainer._generate_and_score_completions(inputs)
+    return out["advantages"]
