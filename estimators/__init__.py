@@ -21,7 +21,7 @@ from .groups import (
     opo,
     rloo,
 )
-from .loss import TokenState, loss_token_states, loss_weights, loss_weights_and_states
+from .losses import TokenState, loss_token_states, loss_weights, loss_weights_and_states
 from .registry import EstimatorInput, EstimatorOutput, EstimatorSpec, available, compute, get, register
 from .stats import explained_variance, masked_mean, masked_var, whiten
 from .token import (

@@ -176,27 +176,38 @@ function pageURL(offset) {
   return offset > 0 ? `${init.api}?${new URLSearchParams({ offset: String(offset) })}` : init.api;
 }
 
-// The loss view: the same URL parameters as the episode page's loss_weights row (verl's defaults).
-const LOSS_KEYS = ["loss", "agg", "rollout_is", "rollout_is_threshold"];
-const LOSS_DEFAULTS = { loss: "vanilla", agg: "token-mean", rollout_is: "none", rollout_is_threshold: "2" };
+// The loss view: every registered loss grouped by trainer, with its parameters and defaults, from
+// the page state (init.losses: app/core/losses.py client_config); the chosen loss's controls in the URL.
+const LOSSES = init.losses;
+const lossControls = (loss) => LOSSES.losses[loss].params.filter((c) => c.control);
 
 function lossParams() {
   const q = new URLSearchParams(location.search);
-  const p = {};
-  for (const k of LOSS_KEYS) p[k] = q.get(k) || LOSS_DEFAULTS[k];
-  p.bypass = q.get("bypass") === "1";
+  const loss = LOSSES.losses[q.get("loss")] ? q.get("loss") : LOSSES.default;
+  const p = { loss, bypass: q.get("bypass") === "1" };
+  for (const c of lossControls(loss)) p[c.name] = q.get(c.name) || c.default;
   return p;
 }
 
 function writeLossParams(p) {
   const q = new URLSearchParams(location.search);
-  for (const k of LOSS_KEYS) {
-    if (p[k] === LOSS_DEFAULTS[k]) q.delete(k);
-    else q.set(k, p[k]);
-  }
+  for (const k of ["loss", ...LOSSES.param_names]) q.delete(k);
+  if (p.loss !== LOSSES.default) q.set("loss", p.loss);
+  for (const c of lossControls(p.loss)) if (p[c.name] !== c.default) q.set(c.name, p[c.name]);
   if (p.bypass) q.set("bypass", "1");
   else q.delete("bypass");
   history.replaceState(null, "", `${location.pathname}${q.toString() ? "?" + q : ""}`);
+}
+
+/** The chosen loss's controls (a select for a parameter with choices, else a text box) with values from ``p``. */
+function renderLossControls(p) {
+  $("loss-params").replaceChildren(
+    ...lossControls(p.loss).map((c) => {
+      const input = c.choices ? el("select", { id: `loss-${c.name}`, name: c.name }, c.choices.map((x) => el("option", { value: x }, x))) : el("input", { id: `loss-${c.name}`, name: c.name, size: 8 });
+      input.value = p[c.name];
+      return el("label", { title: c.help }, `${c.name} `, input);
+    }),
+  );
 }
 
 function removedText(v) {
@@ -209,7 +220,8 @@ function removedText(v) {
 
 function loadLoss(b) {
   const p = lossParams();
-  for (const k of LOSS_KEYS) $(`loss-${k}`).value = p[k];
+  $("loss-loss").value = p.loss;
+  renderLossControls(p);
   $("loss-bypass").checked = p.bypass;
   if (b.audit && b.audit.code === "no_advantages") {
     // The batch API already says the trainer's advantages are missing: the loss view would 409.
@@ -217,11 +229,11 @@ function loadLoss(b) {
     $("loss-box").dataset.ready = "1";
     return Promise.resolve();
   }
-  const q = new URLSearchParams({ ...Object.fromEntries(LOSS_KEYS.map((k) => [k, p[k]])), bypass: p.bypass ? "true" : "false" });
+  const q = new URLSearchParams({ ...p, bypass: p.bypass ? "true" : "false" });
   return fetchJSON(`${init.api}/loss?${q}`)
     .then((v) => {
       $("loss-removed").textContent = removedText(v);
-      $("loss-plotted").textContent = `Per-token loss weight per unit |A| (Σ|w| / Σ|A| over each episode's policy tokens) against response length, ${v.loss} × ${v.agg}`;
+      $("loss-plotted").textContent = `Per-token loss weight per unit |A| (Σ|w| / Σ|A| over each episode's policy tokens) against response length, ${[v.loss, ...lossControls(v.loss).map((c) => v[c.name])].join(" × ")}`;
       const eps = v.episodes.filter((e) => e.weight_per_abs_advantage !== null);
       plot(
         "fig-loss",
@@ -268,9 +280,13 @@ $("ep-next").addEventListener("click", () => batch && batch.next && load(batch.o
 $("ep-filter").addEventListener("input", () => batch && renderEpisodes(batch));
 $("loss-form").addEventListener("change", () => {
   if (!batch) return;
-  const p = {};
-  for (const k of LOSS_KEYS) p[k] = $(`loss-${k}`).value.trim() || LOSS_DEFAULTS[k];
-  p.bypass = $("loss-bypass").checked;
+  // The controls shown are read; a parameter the previous loss did not have (or a choice it cannot take) starts at its default.
+  const loss = $("loss-loss").value;
+  const p = { loss, bypass: $("loss-bypass").checked };
+  for (const c of lossControls(loss)) {
+    const shown = $(`loss-${c.name}`) ? $(`loss-${c.name}`).value.trim() : "";
+    p[c.name] = shown && (!c.choices || c.choices.includes(shown)) ? shown : c.default;
+  }
   writeLossParams(p);
   $("loss-box").dataset.ready = "";
   loadLoss(batch);

@@ -281,8 +281,9 @@ def _loss_row(
         lengths = ctx.policy_lengths()
     horizon = int(ctx.n_tokens.max(initial=0)) if ctx.n_tokens is not None else len(policy)
     w, states = lv.episode_loss_weights(
-        adv, policy, ep.logprobs, ep.rollout_logprobs, params, lengths, horizon=horizon or None
-    )
+        adv, policy, ep.logprobs, ep.rollout_logprobs, params, lengths, horizon=horizon or None,
+        index=ctx.index, groups=ctx.group_ids() if lengths is not None else None,
+    )  # fmt: skip
     for entry in out_schemes:
         if entry["name"] == "loss_weights":
             label, kind, _, _ = sc.SERVICE_SCHEMES["loss_weights"]

@@ -1,5 +1,6 @@
-"""The `loss_weights` row of an episode: each token's share of the policy gradient under a chosen
-verl loss x aggregation x rollout correction (``estimators.loss_weights``), scaled to the
+"""The `loss_weights` row of an episode and the batch's loss view: each token's share of the policy
+gradient under a registered loss with its parameters (``estimators.losses``: verl's loss x
+aggregation x rollout correction, or another trainer's ``<trainer>:<loss>``), aggregated over the
 episode's batch, with the tokens whose weight was clipped or zeroed (docs/api.md).
 
 The advantages are the trainer's own (``advantages`` uploaded) or else the first advantage row of
@@ -8,116 +9,118 @@ every PPO ratio is 1), or with ``bypass`` ``old_log_prob = rollout_logprobs`` (v
 the PPO ratio is the training/rollout ratio). Without ``logprobs`` the ratio is 1 (the row shows
 the aggregation alone). The rollout correction reads ``logprobs - rollout_logprobs``.
 
-The weights of one episode are computed on its row alone with ``token-sum`` and multiplied by the
-batch's aggregation factor from its policy lengths (``token-mean``: 1 / N tokens of the batch; the
-sequence modes: 1 / S non-empty episodes, ...), which is exact for every loss but ``clip_cov`` and
-``kl_cov``, whose selections are batch-wide (they are taken within the episode).
+The weights of one episode are computed on its row alone, with the aggregation taken over its
+batch (``estimators.losses.BatchShape``: the batch's policy lengths, padded length and groups;
+``token-mean``: 1 / N tokens of the batch; the sequence modes: 1 / S non-empty episodes, ...),
+which is exact for every loss but ``clip_cov`` and ``kl_cov``, whose selections are batch-wide
+(they are taken within the episode).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from app.core import domain
 from app.core.errors import ApiError
-from app.core.views import AGGS, LOSSES, ROLLOUT_IS
+from estimators.losses import DEFAULT_LOSS, BatchShape, LossSpec, TokenState, available_losses, get_loss
 
-# TokenState bits (estimators/loss.py) -> (mark code, what the tooltip says).
+# TokenState bits -> (mark code, what the tooltip says).
 STATE_MARKS = (
-    (1, "loss_clipped_high", "ratio above 1 + clip_ratio_high with A > 0: clipped"),
-    (2, "loss_clipped_low", "ratio below 1 - clip_ratio_low with A < 0: clipped"),
-    (4, "loss_dual_clipped", "A < 0 and ratio above clip_ratio_c: dual-clipped"),
-    (8, "loss_tis_truncated", "rollout-correction weight truncated at the threshold (TIS)"),
-    (16, "loss_icepop_zeroed", "rollout-correction weight outside [lo, hi]: zeroed (IcePop)"),
-    (32, "loss_cov_selected", "selected by Clip-Cov / KL-Cov"),
-    (64, "loss_stability_clamped", "log-ratio past verl's clamp: no gradient"),
+    (TokenState.CLIPPED_HIGH, "loss_clipped_high", "ratio above 1 + clip_ratio_high with A > 0: clipped"),
+    (TokenState.CLIPPED_LOW, "loss_clipped_low", "ratio below 1 - clip_ratio_low with A < 0: clipped"),
+    (TokenState.DUAL_CLIPPED, "loss_dual_clipped", "A < 0 and ratio above the dual-clip bound: dual-clipped"),
+    (
+        TokenState.TIS_TRUNCATED,
+        "loss_tis_truncated",
+        "rollout-correction weight truncated at the threshold (TIS)",
+    ),
+    (
+        TokenState.ICEPOP_ZEROED,
+        "loss_icepop_zeroed",
+        "rollout-correction weight outside its window: zeroed (IcePop)",
+    ),
+    (TokenState.COV_SELECTED, "loss_cov_selected", "selected by Clip-Cov / KL-Cov"),
+    (
+        TokenState.STABILITY_CLAMPED,
+        "loss_stability_clamped",
+        "log-ratio past the trainer's clamp: no gradient",
+    ),
 )
+
+# Every parameter name some registered loss takes (the query keys the loss views read).
+PARAM_NAMES = tuple(dict.fromkeys(p for s in available_losses().values() for p in s.params))
 
 
 @dataclass(frozen=True)
 class LossParams:
-    """The view's loss x aggregation x correction (the URL's `loss`, `agg`, `rollout_is`,
-    `rollout_is_threshold`, `bypass`)."""
+    """The view's loss (the URL's `loss`), the parameters given for it (checked values, the loss's
+    defaults for the rest) and `bypass`."""
 
-    loss: str = "vanilla"
-    agg: str = "token-mean"
-    rollout_is: str = "none"
-    rollout_is_threshold: str = "2"
+    loss: str = DEFAULT_LOSS
+    given: tuple[tuple[str, Any], ...] = ()
     bypass: bool = False
 
+    @property
+    def spec(self) -> LossSpec:
+        return get_loss(self.loss)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """Every parameter of the loss: the given ones, the defaults for the rest."""
+        return self.spec.resolve(dict(self.given))
+
     def as_dict(self) -> dict[str, Any]:
+        """The loss, every parameter as the URL writes it, and bypass (the answer's echo)."""
+        spec = self.spec
+        texts = {n: spec.params[n].text(v) for n, v in self.values.items()}
         return {
             "loss": self.loss,
-            "agg": self.agg,
-            "rollout_is": self.rollout_is,
-            "rollout_is_threshold": self.rollout_is_threshold,
+            **texts,
+            "trainer": spec.trainer,
+            "version": spec.version,
             "bypass": self.bypass,
         }
+
+    def reads_rollout(self) -> bool:
+        """True when the loss with these parameters reads the rollout log-probs."""
+        return self.spec.needs_rollout(self.values)
 
 
 def _bad(field: str, message: str) -> ApiError:
     return ApiError(422, "bad_parameter", message, field=field)
 
 
-def threshold_value(raw: str) -> float | str:
-    """The threshold as estimators.loss_weights takes it: a number (TIS) or "lo_hi" (IcePop)."""
-    s = raw.strip()
-    if "_" in s:
-        lo, _, hi = s.partition("_")
+def parse(loss: str, given: dict[str, str], bypass: bool) -> LossParams:
+    """LossParams from the query's text, or a 422 naming the parameter: an unknown loss (listing
+    the known ones), a parameter the loss does not take (listing the ones it does), a bad value
+    (saying what is allowed)."""
+    losses = available_losses()
+    if loss not in losses:
+        raise _bad("loss", f"parameter `loss` is {loss!r}; choose one of {', '.join(losses)}.")
+    spec = losses[loss]
+    out: list[tuple[str, Any]] = []
+    for name, text in given.items():
+        if name not in spec.params:
+            takes = ", ".join(spec.params) or "no parameters"
+            raise _bad(name, f"loss {loss!r} takes no parameter `{name}`; it takes {takes}.")
         try:
-            a, b = float(lo), float(hi)
-        except ValueError:
-            a = b = math.nan
-        if not (math.isfinite(a) and math.isfinite(b) and 0 < a <= b):
-            raise _bad(
-                "rollout_is_threshold",
-                f"`rollout_is_threshold` {raw!r}: write lo_hi with 0 < lo <= hi (IcePop).",
-            )
-        return s
-    try:
-        x = float(s)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise _bad(
-            "rollout_is_threshold",
-            f"`rollout_is_threshold` {raw!r}: a positive number (TIS) or lo_hi (IcePop).",
-        )
-    return x
+            out.append((name, spec.params[name].parse(text)))
+        except (TypeError, ValueError) as exc:
+            raise _bad(name, f"parameter `{name}` is {text!r}: {exc}.") from None
+    return LossParams(loss, tuple(out), bool(bypass))
 
 
-def parse(loss: str, agg: str, rollout_is: str, rollout_is_threshold: str, bypass: bool) -> LossParams:
-    """LossParams, or a 422 naming the parameter."""
-    for name, value, allowed in (
-        ("loss", loss, LOSSES),
-        ("agg", agg, AGGS),
-        ("rollout_is", rollout_is, ROLLOUT_IS),
-    ):
-        if value not in allowed:
-            raise _bad(name, f"parameter `{name}` is {value!r}; choose one of {', '.join(allowed)}.")
-    threshold_value(rollout_is_threshold)
-    return LossParams(loss, agg, rollout_is, rollout_is_threshold.strip(), bool(bypass))
-
-
-def batch_factor(params: LossParams, lengths: np.ndarray, own: int, T: int) -> float:
-    """Multiplier from the episode-alone ``token-sum`` weights to the batch's aggregation."""
-    S = int((lengths > 0).sum()) or 1
-    if params.loss == "geo_mean":  # verl averages the B row losses whatever the aggregation
-        return 1.0 / max(len(lengths), 1)
-    agg = "seq-mean-token-mean" if params.loss == "sapo" else params.agg
-    if agg == "token-sum":
-        return 1.0
-    if agg == "token-mean":
-        return 1.0 / max(float(lengths.sum()), 1.0)
-    if agg == "seq-mean-token-sum":
-        return 1.0 / S
-    if agg == "seq-mean-token-sum-norm":
-        return 1.0 / (S * T)
-    return 1.0 / S  # seq-mean-token-mean: its 1 / L is in the episode-alone weights
+def _rollout_field(params: LossParams) -> str:
+    """The parameter that makes the loss read the rollout log-probs (``loss`` when it always does)."""
+    spec, values = params.spec, params.values
+    for name, p in spec.params.items():
+        if p.control and not spec.needs_rollout({**values, name: p.default}):
+            return name
+    return "loss"
 
 
 def episode_loss_weights(
@@ -128,19 +131,24 @@ def episode_loss_weights(
     params: LossParams,
     lengths: np.ndarray | None,
     horizon: int | None = None,
+    index: int = 0,
+    groups: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """([T] weights, [T] uint8 TokenState flags) of one episode; ``lengths`` the batch's [B] policy
-    lengths (None: the episode is its own batch); ``horizon`` T for ``seq-mean-token-sum-norm``
-    (the batch's longest episode; default this one's length)."""
+    """([T] weights, [T] uint8 TokenState flags) of one episode, row ``index`` of a batch whose
+    [B] policy lengths are ``lengths`` (None: the episode is its own batch), ``groups`` its [B]
+    integer group ids (when the loss's aggregation reads them), ``horizon`` its padded T (the
+    batch's longest episode; default this one's length): the loss's aggregation over that batch."""
     from estimators import loss_weights_and_states
 
     T = len(policy)
-    if params.rollout_is != "none" and (logprobs is None or rollout_logprobs is None):
+    if params.reads_rollout() and (logprobs is None or rollout_logprobs is None):
+        field = _rollout_field(params)
+        said = params.loss if field == "loss" else params.spec.params[field].text(params.values[field])
         raise ApiError(
             422,
             "no_logprobs",
-            f"rollout_is={params.rollout_is} needs the episode's `logprobs` and `rollout_logprobs`.",
-            field="rollout_is",
+            f"{field}={said} needs the episode's `logprobs` and `rollout_logprobs`.",
+            field=field,
         )
     if params.bypass and (logprobs is None or rollout_logprobs is None):
         raise ApiError(
@@ -157,11 +165,13 @@ def episode_loss_weights(
     old = row(rollout_logprobs) if params.bypass and rollout_logprobs is not None else lp
     rollout = None if rollout_logprobs is None else row(rollout_logprobs)
     mask = torch.from_numpy(policy.astype(bool))[None]
-    # On the row alone: token-sum, or the aggregation whose per-row factor (1 / L) it needs.
-    alone = (
-        params.agg
-        if params.agg == "seq-mean-token-mean" or params.loss in ("sapo", "geo_mean")
-        else "token-sum"
+    n = int(policy.sum())
+    lens = np.asarray(lengths, dtype=np.float64) if lengths is not None else np.array([float(n)])
+    batch = BatchShape(
+        lengths=torch.from_numpy(lens),
+        horizon=int(horizon or T),
+        groups=None if groups is None else torch.from_numpy(np.asarray(groups, dtype=np.int64)),
+        rows=torch.tensor([index if lengths is not None else 0]),
     )
     w, states = loss_weights_and_states(
         row(np.where(policy, advantages, 0.0)),
@@ -169,15 +179,11 @@ def episode_loss_weights(
         old,
         mask,
         loss=params.loss,
-        agg=alone,
         rollout_log_prob=rollout,
-        rollout_is=None if params.rollout_is == "none" else params.rollout_is,
-        rollout_is_threshold=threshold_value(params.rollout_is_threshold),
+        batch=batch,
+        **dict(params.given),
     )
-    n = int(policy.sum())
-    lens = lengths if lengths is not None else np.array([n])
-    factor = batch_factor(params, lens, n, horizon or T)
-    return w[0].numpy() * factor, states[0].numpy()
+    return w[0].numpy(), states[0].numpy()
 
 
 @dataclass(frozen=True)
@@ -202,7 +208,7 @@ def removed(advantages: np.ndarray, policy: np.ndarray, w: np.ndarray, states: n
     """The :class:`Removed` of one episode's weights ``w`` and TokenState flags ``states``: a
     policy token with A != 0 and w == 0 is clipped when a clip bit is set, else masked when the
     IcePop bit is (the TokenState groups ``estimators.loss.CLIPPING`` and ``ICEPOP_ZEROED``)."""
-    from estimators.loss import CLIPPING, TokenState
+    from estimators.losses import CLIPPING
 
     a = np.abs(np.where(policy, np.nan_to_num(advantages), 0.0))
     zero = policy & (a != 0) & (w == 0)
@@ -218,7 +224,7 @@ def removed(advantages: np.ndarray, policy: np.ndarray, w: np.ndarray, states: n
 
 
 # A run step's clipping metric (app/core/metrics.py): verl's vanilla PPO in bypass mode, per token.
-STEP_CLIP = LossParams(agg="token-sum", bypass=True)
+STEP_CLIP = LossParams(given=(("agg", "token-sum"),), bypass=True)
 
 
 def episode_removed(
@@ -233,7 +239,9 @@ def episode_removed(
     policy = np.asarray(policy, dtype=bool)
     w, st = episode_loss_weights(advantages, policy, logprobs, rollout_logprobs, STEP_CLIP, None)
     clip = removed(advantages, policy, w, st)
-    mask_params = LossParams(agg="token-sum", rollout_is="token", rollout_is_threshold=STEP_LOSS_ICEPOP)
+    mask_params = LossParams(
+        given=(("agg", "token-sum"), ("rollout_is", "token"), ("rollout_is_threshold", STEP_LOSS_ICEPOP))
+    )
     w2, st2 = episode_loss_weights(advantages, policy, logprobs, rollout_logprobs, mask_params, None)
     mask = removed(advantages, policy, w2, st2)
     return Removed(clip.length, clip.abs_advantage, clip.abs_clipped, mask.abs_masked, clip.abs_weight)
@@ -277,21 +285,12 @@ def episodes_removed(
             lp[i, :n] = np.nan_to_num(np.asarray(logp, dtype=np.float64))
             rlp[i, :n] = np.nan_to_num(np.asarray(roll, dtype=np.float64))
         ta, tlp, trlp, tm = (torch.from_numpy(x) for x in (a, lp, rlp, mask))
-        common = dict(loss=STEP_CLIP.loss, agg="token-sum", rollout_log_prob=trlp)
-        w1, st1 = loss_weights_and_states(
-            ta, tlp, trlp, tm, **common, rollout_is=None,
-            rollout_is_threshold=threshold_value(STEP_CLIP.rollout_is_threshold),
+        tw1, ts1 = loss_weights_and_states(ta, tlp, trlp, tm, loss=STEP_CLIP.loss, **dict(STEP_CLIP.given))
+        tw2, ts2 = loss_weights_and_states(
+            ta, tlp, tlp, tm, loss=STEP_CLIP.loss, rollout_log_prob=trlp, agg="token-sum", rollout_is="token",
+            rollout_is_threshold=STEP_LOSS_ICEPOP,
         )  # fmt: skip
-        w2, st2 = loss_weights_and_states(
-            ta,
-            tlp,
-            tlp,
-            tm,
-            **common,
-            rollout_is="token",
-            rollout_is_threshold=threshold_value(STEP_LOSS_ICEPOP),
-        )
-        w1, st1, w2, st2 = (x.numpy() for x in (w1, st1, w2, st2))
+        w1, st1, w2, st2 = (x.numpy() for x in (tw1, ts1, tw2, ts2))
         for i, (adv, policy, _logp, _roll) in enumerate(block):
             pol = np.asarray(policy, dtype=bool)
             n = len(pol)
@@ -304,11 +303,11 @@ def episodes_removed(
     return out
 
 
-def marks(states: np.ndarray, zeroing_only: bool = False) -> list[dict[str, Any]]:
+def marks(states: np.ndarray) -> list[dict[str, Any]]:
     """Finding-style marks (code, severity info, message, positions) for the flagged tokens."""
     out = []
     for bit, code, message in STATE_MARKS:
-        pos = np.flatnonzero(states & bit)
+        pos = np.flatnonzero(states & int(bit))
         if len(pos):
             out.append({"code": code, "severity": "info", "message": message, "positions": pos.tolist()})
     return out
@@ -344,8 +343,11 @@ def batch_loss(
     has_lp = bool(episodes) and all(e[4] is not None for e in episodes)
     rows, tot = [], np.zeros(3)
     xs, ys = [], []
-    for slug, group, adv, policy, lp, rlp in episodes:
-        w, st = episode_loss_weights(adv, policy, lp if has_lp else None, rlp, params, lengths, horizon)
+    gids = domain.group_ids([e[1] for e in episodes])
+    for i, (slug, group, adv, policy, lp, rlp) in enumerate(episodes):
+        w, st = episode_loss_weights(
+            adv, policy, lp if has_lp else None, rlp, params, lengths, horizon, i, gids
+        )
         r = removed(adv, policy, w, st)
         tot += (r.abs_advantage, r.abs_clipped, r.abs_masked)
         y = r.weight_per_abs_advantage

@@ -11,24 +11,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from app.core import losses as ls
 from app.core import schemes as sc
 from app.core.signals import SIGNAL_ROWS
-
-# The loss_weights row's choices (the same lists as app/compute/loss_view.py and estimators/loss.py).
-LOSSES = ("vanilla", "gspo", "cispo", "geo_mean", "gpg", "sapo", "clip_cov", "kl_cov")
-AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum")
-ROLLOUT_IS = ("none", "token", "sequence")
-
-
-def _threshold(raw: str | None) -> str:
-    """A TIS threshold ("2") or an IcePop window ("0.5_2"); anything else: the default "2"."""
-    s = (raw or "").strip()
-    try:
-        parts = [float(p) for p in s.split("_")]
-    except ValueError:
-        return "2"
-    ok = len(parts) in (1, 2) and all(math.isfinite(p) and p > 0 for p in parts) and parts == sorted(parts)
-    return s if ok else "2"
 
 
 def _float(raw: str | None, default: float, lo: float, hi: float) -> float:
@@ -105,10 +90,11 @@ class EpisodeView:
     signals: list[str] = field(default_factory=list)
     # The `loss_weights` row's loss x aggregation x correction (app/compute/loss_view.py); in the
     # query only when that row is shown, so older links stay canonical.
-    loss: str = "vanilla"
-    agg: str = "token-mean"
-    rollout_is: str = "none"
-    rollout_is_threshold: str = "2"
+    # The defaults are the default loss's (app/core/losses.py, from the loss registry).
+    loss: str = ls.DEFAULT_LOSS
+    agg: str = field(default_factory=lambda: ls.default_text("agg"))
+    rollout_is: str = field(default_factory=lambda: ls.default_text("rollout_is"))
+    rollout_is_threshold: str = field(default_factory=lambda: ls.default_text("rollout_is_threshold"))
     bypass: bool = False
 
     @classmethod
@@ -169,10 +155,10 @@ class EpisodeView:
             tok=int(tok_raw) if tok_raw.isdigit() else None,
             chart=q.get("chart") == "1",
             signals=signals,
-            loss=q.get("loss") if q.get("loss") in LOSSES else "vanilla",
-            agg=q.get("agg") if q.get("agg") in AGGS else "token-mean",
-            rollout_is=q.get("rollout_is") if q.get("rollout_is") in ROLLOUT_IS else "none",
-            rollout_is_threshold=_threshold(q.get("rollout_is_threshold")),
+            loss=_choice(q.get("loss"), ls.episode_losses(), ls.DEFAULT_LOSS),
+            agg=_choice(q.get("agg"), ls.choices("agg"), ls.default_text("agg")),
+            rollout_is=_choice(q.get("rollout_is"), ls.choices("rollout_is"), ls.default_text("rollout_is")),
+            rollout_is_threshold=ls.threshold_or_default(q.get("rollout_is_threshold")),
             bypass=q.get("bypass") == "1",
         )
 

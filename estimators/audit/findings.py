@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .. import groups as G
 from .. import token as TK
-from ..loss import CLIPPING, TokenState, loss_weights_and_states
+from ..losses import CLIPPING, TokenState, loss_weights_and_states
 from .batch import Batch, is_token, on_policy_rewards, row_end_rewards
 from .candidates import Cand, broadcast, num, public
 from .constants import (

@@ -16,7 +16,7 @@ import torch
 
 import estimators as E
 from estimators import native
-from estimators.loss import AGGS, LOSSES, ZEROING, TokenState
+from estimators.losses import AGGS, LOSSES, ZEROING, TokenState
 from tests.estimators.paths import GAE_PATHS, gae_path
 
 pytestmark = pytest.mark.verl

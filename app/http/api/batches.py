@@ -15,6 +15,7 @@ from app.core.arrays import F64, decode, json_loads
 from app.core.errors import ApiError, not_found
 from app.core.schemas import BatchOut, BatchSummaryOut, EpisodeSummary, ErrorOut, GroupOut
 from app.core.settings import Settings
+from app.http.api import loss_query
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
 from app.storage.audits import audit_blocker
@@ -147,13 +148,8 @@ def get_batch_loss(
     request: Request,
     session: SessionDep,
     batch_id: str = BatchRef,
-    loss: str = Query("vanilla", description="policy loss: " + ", ".join(lv.LOSSES)),
-    agg: str = Query("token-mean", description="loss aggregation: " + ", ".join(lv.AGGS)),
-    rollout_is: str = Query("none", description="rollout correction: none, token, sequence"),
-    rollout_is_threshold: str = Query("2", description="a number (TIS) or lo_hi (IcePop)"),
-    bypass: bool = Query(False, description="old_log_prob = rollout_logprobs (verl's bypass mode)"),
+    params: lv.LossParams = Depends(loss_query.loss_params),
 ):
-    params = lv.parse(loss, agg, rollout_is, rollout_is_threshold, bypass)
     b = batch_by_ref_or_404(session, batch_id)
     check_budget(
         batch_cells(session, b.id) * 8,

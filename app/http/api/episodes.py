@@ -13,6 +13,7 @@ from app.core.errors import not_found
 from app.core.schemas import AdvantagesOut, EpisodeOut, ErrorOut, SignalsOut
 from app.core.settings import Settings
 from app.core.signals import available_signals, parse_signals, signal_rows
+from app.http.api import loss_query
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
 from app.storage.audits import episode_audit
@@ -95,16 +96,9 @@ def get_advantages(
         "token_weights "
         "(left out when the episode lacks their arrays; see `available_signals`)",
     ),
-    loss: str = Query("vanilla", description="the loss_weights row's policy loss: " + ", ".join(lv.LOSSES)),
-    agg: str = Query("token-mean", description="its loss aggregation: " + ", ".join(lv.AGGS)),
-    rollout_is: str = Query("none", description="its rollout correction: none, token or sequence"),
-    rollout_is_threshold: str = Query(
-        "2", description="a number (TIS: truncate there) or lo_hi (IcePop: zero outside)"
-    ),
-    bypass: bool = Query(False, description="old_log_prob = rollout_logprobs (verl's bypass mode)"),
+    loss_params: lv.LossParams = Depends(loss_query.loss_params),
 ):
     signals = parse_signals(signal)
-    loss_params = lv.parse(loss, agg, rollout_is, rollout_is_threshold, bypass)
     ep = episode_or_404(session, slug)
     arrays = episode_arrays(ep)
     ctx = batch_context(session, ep.batch_id, ep.slug, request.app.state.settings)

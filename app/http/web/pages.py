@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlmodel import select
 
-from app.core import metrics, schemes, urls
+from app.core import losses, metrics, schemes, urls
 from app.core import views as st
 from app.core.errors import error_body
 from app.core.signals import catalog as signal_catalog
@@ -29,8 +29,8 @@ from app.storage.store import batch_by_ref, batch_ref
 router = APIRouter(include_in_schema=False)
 
 
-# The loss view's choices on the episode and batch pages (app/core/views.py).
-LOSS_CHOICES = {"losses": st.LOSSES, "aggs": st.AGGS, "rollout_is": st.ROLLOUT_IS}
+# The episode page's loss controls (verl's parameters; app/core/losses.py, from the loss registry).
+LOSS_CHOICES = losses.page_choices()
 
 
 def wants_json(request: Request) -> bool:
@@ -138,7 +138,10 @@ async def batch_page(request: Request, batch_id: str, session: SessionDep) -> Re
     if b is None:
         return not_found_page(request, f"Batch {batch_id}")
     og = batch_og(request, session, b.id, ref)
-    ctx = {"initial": {**page, "api": api}, "batch_id": ref, "og": og, "loss_choices": LOSS_CHOICES}
+    # Every registered loss, grouped by trainer, with its parameters and defaults (static/batch.js).
+    loss_config = losses.client_config()
+    initial = {**page, "api": api, "losses": loss_config}
+    ctx = {"initial": initial, "batch_id": ref, "og": og, "losses": loss_config}
     return render(request, "batch.html", {**ctx, "run": run_of_batch(session, b.id)})
 
 

@@ -1,0 +1,103 @@
+"""The policy losses the service offers (``estimators.losses``' registry: names, parameters,
+defaults, trainers) as the pages and the view state read them. Python imports these; the pages
+hand :func:`client_config` to their scripts in the initial state (as app/core/schemes.py does
+for the estimators), so static/*.js and the templates hold no copy of a name or a default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from estimators.losses import DEFAULT_LOSS, LossSpec, available_losses, get_loss, parse_threshold
+from estimators.registry import TRAINERS
+
+__all__ = [
+    "DEFAULT_LOSS",
+    "EPISODE_CONTROLS",
+    "choices",
+    "client_config",
+    "default_text",
+    "episode_losses",
+    "page_choices",
+    "threshold_or_default",
+]
+
+# The episode page's loss controls are verl's parameters (the `loss_weights` row's query keys,
+# app/core/views.py QUERY_KEYS); it offers the losses that take all of them.
+EPISODE_CONTROLS = ("agg", "rollout_is", "rollout_is_threshold")
+
+
+def _spec() -> LossSpec:
+    return get_loss(DEFAULT_LOSS)
+
+
+def default_text(param: str) -> str:
+    """The default loss's parameter ``param`` as a URL writes it (``agg`` -> ``"token-mean"``)."""
+    p = _spec().params[param]
+    return p.text(p.default)
+
+
+def episode_losses() -> tuple[str, ...]:
+    """The losses the episode page's controls fit: those taking every one of :data:`EPISODE_CONTROLS`."""
+    return tuple(n for n, s in available_losses().items() if all(c in s.params for c in EPISODE_CONTROLS))
+
+
+def choices(param: str) -> tuple[str, ...]:
+    """The default loss's choices of ``param`` (``agg``, ``rollout_is``)."""
+    return _spec().params[param].choices
+
+
+def threshold_or_default(raw: str | None) -> str:
+    """A link's ``rollout_is_threshold`` text when it reads (a positive number, TIS; ``lo_hi``,
+    IcePop), else the default's text: a link never fails."""
+    s = (raw or "").strip()
+    try:
+        upper, _ = parse_threshold(s)
+    except (TypeError, ValueError):
+        return default_text("rollout_is_threshold")
+    return s if upper != float("inf") else default_text("rollout_is_threshold")
+
+
+def page_choices() -> dict[str, tuple[str, ...]]:
+    """The episode page's loss controls: its losses, the aggregations and rollout corrections."""
+    return {"losses": episode_losses(), "aggs": choices("agg"), "rollout_is": choices("rollout_is")}
+
+
+def _param(spec: LossSpec, name: str) -> dict[str, Any]:
+    p = spec.params[name]
+    return {
+        "name": p.name,
+        "default": p.text(p.default),
+        "choices": list(p.choices) or None,
+        "help": p.help,
+        "control": p.control,
+    }
+
+
+def client_config() -> dict[str, Any]:
+    """What the pages' scripts know about losses: the default, the trainers in order with their
+    losses (aliases left out), every loss (aliases too) with its label, trainer, version and
+    parameters (defaults as URL text; ``control``: offered as a control), and every parameter name
+    (the query keys a loss view reads)."""
+    specs = available_losses()
+    trainers = []
+    for key, (name, version) in TRAINERS.items():
+        own = [n for n, s in specs.items() if s.trainer == key and s.alias_of is None]
+        if own:
+            trainers.append({"key": key, "name": name, "version": version, "losses": own})
+    return {
+        "default": DEFAULT_LOSS,
+        "trainers": trainers,
+        "losses": {
+            n: {
+                "label": s.label,
+                "description": s.description,
+                "trainer": s.trainer,
+                "version": s.version,
+                "alias_of": s.alias_of,
+                "params": [_param(s, p) for p in s.params],
+            }
+            for n, s in specs.items()
+        },
+        "param_names": list(dict.fromkeys(p for s in specs.values() for p in s.params)),
+    }
