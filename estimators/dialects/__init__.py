@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     nemo_rl,
     openrlhf,
     prime_rl,
+    skyrl,
     slime,
     trl,
 )

@@ -1,0 +1,213 @@
+"""SkyRL 0.3.0's advantages (``skyrl/backends/skyrl_train/utils/ppo_utils.py``, called by
+``skyrl/train/trainer.py::compute_advantages_and_returns``), vectorised, on our [B, T] layout.
+
+SkyRL's batch holds a row's response (right-aligned in its tensor) with a ``response_mask`` that
+is 1 on every response token, tool output included, and a separate ``loss_mask`` (our policy
+mask) used only by the loss. Its per-token rewards are a float32 tensor
+(``convert_prompts_responses_to_batch_tensors``). So on our layout the dialects read the
+**response span** (a row's first to last policy token) as SkyRL's response, with float32 rewards:
+
+* ``gae``: the recursion ignores every mask: it steps through tool tokens (gamma * lambda once
+  per token) and reads the critic's values and any reward there; V = 0 after the response. The
+  advantages are then whitened over the response span (``masked_whiten``: unbiased, with the
+  count's N/(N-1) in float32 as SkyRL's integer mask gives it, 1e-8 on the variance).
+* ``reinforce++``: discounted returns stepping through tool tokens (no reset inside the
+  response), whitened over the response span.
+* ``grpo`` / ``rloo`` / ``maxrl``: the score is the sum of the response's rewards (tool tokens
+  included); ``grpo``: ``(s - mean) / (std + 1e-6)`` (``grpo_norm_by_std``; a group of one: mean 0,
+  std 1); ``rloo``: ``n/(n-1) (s - mean)``, a group of one gets 0; ``maxrl``:
+  ``(s - mean) / (mean + 1e-6)``, a group of one keeps its score.
+
+Every output is 0 off the policy mask (SkyRL's loss mask). Truncated rows bootstrap nothing.
+Groups come from ``inp.groups``; in contiguous blocks of one size (SkyRL's layout, n samples per
+prompt in a row) the group statistics run as SkyRL's float32 reductions do.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._scan import reverse_scan
+from ..groups import group_stats
+from ..registry import EstimatorInput, EstimatorOutput, register
+from ._common import contiguous_size, float_dtype, last_policy, on_policy, policy, response_span
+
+VERSION = "0.3.0"
+TRAINER = "skyrl"
+EPS = 1e-6
+
+
+def _rewards32(inp: EstimatorInput, span: Tensor) -> Tensor:
+    """[B, T] float32 rewards of the response span (0 outside it: SkyRL's batch has nothing there)."""
+    return torch.where(span, inp.rewards.to(torch.float32), torch.zeros((), dtype=torch.float32))
+
+
+def _whiten(x: Tensor, span: Tensor) -> Tensor:
+    """SkyRL's ``masked_whiten(x, response_mask)`` with an int64 mask: masked mean (count clamped to
+    1), unbiased variance whose N/(N-1) is an integer division (float32), ``rsqrt(var + 1e-8)``."""
+    mk = span.to(torch.int64)
+    cnt = mk.sum()
+    if int(cnt) < 2:
+        raise ValueError("SkyRL's whitening needs at least 2 response tokens in the batch")
+    den = cnt.clamp(min=1.0)
+    mean = (x * mk).sum() / den
+    var = ((x - mean) ** 2 * mk).sum() / den
+    var = var * (cnt / (cnt - 1))
+    return (x - mean) * torch.rsqrt(var + 1e-8)
+
+
+def _width(m: Tensor) -> tuple[Tensor, int]:
+    last = last_policy(m)
+    return last, (int(last.max().item()) + 1 if m.numel() else 0)
+
+
+@register(
+    f"{TRAINER}:gae",
+    label=f"GAE (SkyRL {VERSION})",
+    description=(
+        "SkyRL's GAE: the recursion ignores the masks, so it steps through tool tokens (gamma*lambda "
+        "once per token) and reads the critic's values and rewards there; whitened over the whole "
+        "response (tool tokens included)."
+    ),
+    kind="token",
+    reads=("rewards", "values"),
+    trainer=TRAINER,
+    version=VERSION,
+)
+def _skyrl_gae(inp: EstimatorInput) -> EstimatorOutput:
+    if inp.values is None:
+        raise ValueError("SkyRL's gae needs values (a critic)")
+    m = policy(inp)
+    B, T = m.shape
+    span = response_span(m)
+    dtype = float_dtype(inp)
+    cdt = torch.promote_types(torch.float32, inp.values.dtype)
+    r = _rewards32(inp, span).to(cdt)
+    v = torch.where(span, inp.values.to(cdt), torch.zeros((), dtype=cdt))
+    _, W = _width(m)
+    adv = torch.zeros(B, T, dtype=cdt)
+    if W:
+        d = r[:, :W] - v[:, :W]  # delta_t = r_t + gamma V_{t+1} - V_t over every column
+        d[:, :-1].add_(v[:, 1:W], alpha=float(inp.gamma))
+        adv[:, :W] = reverse_scan(d, float(inp.gamma) * float(inp.lam))
+    returns = torch.where(m, adv + v, torch.zeros((), dtype=cdt))
+    out = torch.where(m, _whiten(adv, span), torch.zeros((), dtype=cdt))
+    return EstimatorOutput(advantages=out.to(dtype), value_targets=returns.to(dtype))
+
+
+@register(
+    f"{TRAINER}:reinforce++",
+    label=f"REINFORCE++ (SkyRL {VERSION})",
+    description=(
+        "SkyRL's REINFORCE++: discounted returns that step through tool tokens (gamma once per "
+        "token, rewards there counted, no reset inside the response), whitened over the whole response."
+    ),
+    kind="token",
+    trainer=TRAINER,
+    version=VERSION,
+)
+def _skyrl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
+    m = policy(inp)
+    B, T = m.shape
+    span = response_span(m)
+    dtype = float_dtype(inp)
+    r = _rewards32(inp, span)
+    _, W = _width(m)
+    ret = torch.zeros(B, T, dtype=torch.float32)
+    if W:
+        ret[:, :W] = reverse_scan(r[:, :W], float(inp.gamma))
+    zero = torch.zeros((), dtype=torch.float32)
+    adv = torch.where(m, _whiten(ret, span), zero)
+    return EstimatorOutput(advantages=adv.to(dtype), value_targets=torch.where(m, ret, zero).to(dtype))
+
+
+def _scores(inp: EstimatorInput, m: Tensor) -> Tensor:
+    """[B] float32: ``token_level_rewards.sum(-1)`` over the response span."""
+    return _rewards32(inp, response_span(m)).sum(-1)
+
+
+def _stats(s: Tensor, inp: EstimatorInput) -> tuple[Tensor, Tensor, Tensor]:
+    """[B] float32 (group mean, unbiased group std, group size) of ``s`` [B]; a group of one has
+    mean 0 and std 1 (SkyRL's dict loop). SkyRL's own reductions where the groups are contiguous
+    blocks of one size."""
+    B = s.shape[0]
+    n = contiguous_size(inp.groups, B)
+    if n is not None and n > 1:
+        g = s.view(-1, n)
+        mean = g.mean(-1, keepdim=True).expand(-1, n).reshape(-1)
+        std = g.std(-1, keepdim=True).expand(-1, n).reshape(-1)
+        cnt = torch.full((B,), float(n), dtype=torch.float32)
+        return mean, std, cnt
+    st = group_stats(s, inp.groups)
+    single = st.count == 1
+    mean = torch.where(single, 0.0, st.mean).to(torch.float32)
+    std = torch.where(single, 1.0, st.std("sample")).to(torch.float32)
+    return mean, std, st.count.to(torch.float32)
+
+
+def _outcome(inp: EstimatorInput, adv: Tensor, m: Tensor) -> EstimatorOutput:
+    dtype = float_dtype(inp)
+    return EstimatorOutput(advantages=on_policy(adv, m, dtype), extras={"episode_advantages": adv.to(dtype)})
+
+
+@register(
+    f"{TRAINER}:grpo",
+    label=f"GRPO (SkyRL {VERSION})",
+    description=(
+        "SkyRL's GRPO: the sum of the response's rewards (tool tokens included), minus the group "
+        "mean, over the unbiased group std + 1e-6 (grpo_norm_by_std); a group of one: s / (1 + 1e-6); float32."
+    ),
+    kind="outcome",
+    reads=("rewards", "groups"),
+    params={"grpo_norm_by_std": True},
+    trainer=TRAINER,
+    version=VERSION,
+)
+def _skyrl_grpo(inp: EstimatorInput, grpo_norm_by_std: bool = True) -> EstimatorOutput:
+    m = policy(inp)
+    s = _scores(inp, m)
+    mean, std, _ = _stats(s, inp)
+    adv = (s - mean) / (std + EPS) if grpo_norm_by_std else s - mean
+    return _outcome(inp, adv, m)
+
+
+@register(
+    f"{TRAINER}:rloo",
+    label=f"RLOO (SkyRL {VERSION})",
+    description=(
+        "SkyRL's RLOO: n/(n-1) x (the response's reward sum minus the group mean), tool-token rewards "
+        "included; a group of one gets 0 (verl's rloo keeps the score); float32."
+    ),
+    kind="outcome",
+    reads=("rewards", "groups"),
+    trainer=TRAINER,
+    version=VERSION,
+)
+def _skyrl_rloo(inp: EstimatorInput) -> EstimatorOutput:
+    m = policy(inp)
+    s = _scores(inp, m)
+    mean, _, cnt = _stats(s, inp)
+    factor = (cnt / torch.where(cnt > 1, cnt - 1, 1.0)).to(torch.float32)
+    adv = torch.where(cnt > 1, (s - mean) * factor, 0.0)
+    return _outcome(inp, adv, m)
+
+
+@register(
+    f"{TRAINER}:maxrl",
+    label=f"MaxRL (SkyRL {VERSION})",
+    description=(
+        "SkyRL's MaxRL: (the response's reward sum minus the group mean) over (the group mean + 1e-6), "
+        "tool-token rewards included; a group of one keeps its score; float32."
+    ),
+    kind="outcome",
+    reads=("rewards", "groups"),
+    trainer=TRAINER,
+    version=VERSION,
+)
+def _skyrl_maxrl(inp: EstimatorInput) -> EstimatorOutput:
+    m = policy(inp)
+    s = _scores(inp, m)
+    mean, _, cnt = _stats(s, inp)
+    adv = torch.where(cnt > 1, (s - mean) / (mean + EPS), s - mean)
+    return _outcome(inp, adv, m)
