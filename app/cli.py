@@ -18,7 +18,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypedDict
 
 from app.core import schemes, urls
 
@@ -123,8 +125,7 @@ def compute_file(
     lam: float,
     baseline: str,
     critic: str,
-    filename: str | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Offline: every episode of an upload file -> its advantages payload. The file is one batch."""
     import numpy as np
 
@@ -132,7 +133,7 @@ def compute_file(
     from app.core.validate import prepare_episode
     from app.ingest import parse_upload
 
-    parsed = parse_upload(data, fmt=fmt, filename=filename)
+    parsed = parse_upload(data, fmt=fmt)
     for i, ep in enumerate(parsed.episodes):
         prepare_episode(ep, episode=i + 1, line=parsed.lines[i])  # same validation as the server
     # torch: imported only once the file is valid
@@ -170,7 +171,6 @@ def cmd_compute(args: argparse.Namespace) -> int:
             lam=args.lam,
             baseline=args.baseline,
             critic=args.critic,
-            filename=path.name,
         )
     except ApiError as e:
         print(f"creditlens compute: {e.message}", file=sys.stderr)
@@ -191,7 +191,7 @@ def _episodes_text(eps: list[int], limit: int = 8) -> str:
     return shown + (f",… ({len(eps)})" if len(eps) > limit else "")
 
 
-def audit_text(body: dict) -> str:
+def audit_text(body: dict[str, Any]) -> str:
     """The audit as lines: the best match, then one line per finding
     (severity, code, episodes (0-based, upload order), token count, message)."""
     bm = body["best_match"]
@@ -247,7 +247,18 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def du_rows(runs: list[dict]) -> list[dict]:
+class DuRow(TypedDict):
+    """One run's line of ``creditlens du``."""
+
+    ref: str
+    name: str
+    steps: int
+    episodes_seen: int
+    episodes_kept: int
+    stored_bytes: int
+
+
+def du_rows(runs: list[dict[str, Any]]) -> list[DuRow]:
     """One row per run (a ``GET /api/runs/{id}`` answer): steps, episodes seen and kept, bytes."""
     return [
         {
@@ -262,7 +273,7 @@ def du_rows(runs: list[dict]) -> list[dict]:
     ]
 
 
-def du_text(rows: list[dict]) -> str:
+def du_text(rows: list[DuRow]) -> str:
     """The table ``creditlens du`` prints, with a total line."""
     head = f"{'stored':>10}  {'steps':>6}  {'episodes kept / seen':>22}  run"
     lines = [head]
@@ -385,7 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    fn: Callable[[argparse.Namespace], int] = args.fn
+    return fn(args)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
@@ -54,7 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     jobs = JobPool.from_settings(engine, settings)  # this process's job runners (app/storage/jobs.py)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Threads that run requests' Python at once, per process (see Settings.worker_threads);
         # uploads have their own, smaller share (app/http/api/uploads.py ingest_thread).
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
@@ -109,7 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=str(static_dir())), name="static")
 
     @app.get("/healthz", tags=["meta"])
-    def healthz() -> dict:
+    def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     return app

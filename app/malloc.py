@@ -29,6 +29,6 @@ def tune_malloc(trim_mb: int = 256) -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return (
+    return bool(
         mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1 and mallopt(M_TRIM_THRESHOLD, trim_mb << 20) == 1
     )
