@@ -79,7 +79,7 @@ def normalize(
     _check_level("mean_level", mean_level)
     _check_level("std_level", std_level)
     m = None if mask is None else (mask != 0).to(F64)
-    if m is not None and not bool(m.any()):
+    if x.numel() == 0 or (m is not None and not bool(m.any())):
         return x.float()  # AReaL returns early when no element is active
     x64 = x.to(F64)
     xm = x64 if m is None else x64 * m

@@ -236,3 +236,13 @@ def test_unknown_level_refused():
     rewards, mask, _ = _batch(6)
     with pytest.raises(ValueError, match="mean_level"):
         compute("areal:grpo", EstimatorInput(rewards=rewards, mask=mask), mean_level="row")
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0)])
+def test_empty_batch(shape):
+    """No rows, or rows without tokens: empty advantages of the input's shape, no error."""
+    inp = EstimatorInput(
+        rewards=torch.zeros(shape, dtype=F64), mask=torch.zeros(shape), values=torch.zeros(shape)
+    )
+    for name in ("areal:grpo", "areal:gae"):
+        assert compute(name, inp).advantages.shape == shape
