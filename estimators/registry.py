@@ -137,6 +137,12 @@ class EstimatorSpec:
     trainer:     for a trainer's dialect (``"<trainer>:<name>"``): the key of :data:`TRAINERS` whose
                  code it reproduces, quirks included; None for the reference estimators.
     version:     the trainer's version whose code the dialect reproduces (and is checked against).
+    reference:   for a dialect, the reference estimator computing the same quantity under our
+                 conventions (``token_gae`` for a trainer's GAE); the audit names the tokens where
+                 they differ.
+    departs:     for a dialect, the audit's codes of the known departures from our conventions its
+                 quirks produce (``estimators.audit.departures.DEPARTURES``): when an upload's best
+                 match is this dialect, the audit reports each one it can see on the batch.
     """
 
     name: str
@@ -150,6 +156,8 @@ class EstimatorSpec:
     verl_name: str | None = None
     trainer: str | None = None
     version: str | None = None
+    reference: str | None = None
+    departs: tuple[str, ...] = ()
 
     @property
     def needs_values(self) -> bool:
@@ -193,6 +201,8 @@ def register(
     verl_name: str | None = None,
     trainer: str | None = None,
     version: str | None = None,
+    reference: str | None = None,
+    departs: tuple[str, ...] = (),
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator: add ``fn`` to the registry under ``name``. ``reads``/``may_read``: see
     :class:`EstimatorSpec` (names from :data:`INPUTS`). A trainer's dialect is registered as
@@ -208,6 +218,8 @@ def register(
             raise ValueError(f"dialect {name!r} must say which {trainer} version it reproduces")
     elif ":" in name:
         raise ValueError(f"{name!r}: only a trainer's dialect (trainer=...) has a ':' in its name")
+    elif reference is not None or departs:
+        raise ValueError(f"{name!r}: reference= and departs= describe a trainer's dialect (trainer=...)")
     if kind not in ("outcome", "token", "turn"):
         raise ValueError(f"kind must be outcome, token or turn, not {kind!r}")
     unknown = [x for x in (*reads, *may_read) if x not in INPUTS]
@@ -229,6 +241,8 @@ def register(
             verl_name=verl_name,
             trainer=trainer,
             version=version,
+            reference=reference,
+            departs=tuple(departs),
         )
         return fn
 

@@ -157,6 +157,7 @@ def audit(
     logprobs: Tensor | None = None,
     rollout_logprobs: Tensor | None = None,
     icepop_window: str = ICEPOP_WINDOW,
+    trainer: str | None = None,
 ) -> AuditResult:
     """Audit ``uploaded_advantages`` [B, T] (the trainer's own, as its loss sees them) against the
     registry's estimators and conventions on the padded batch ``inp``.
@@ -168,7 +169,8 @@ def audit(
     ``inp.gamma``/``inp.lam`` are ignored (they are searched). ``logprobs`` / ``rollout_logprobs``
     [B, T] (optional, both or neither): the training and rollout log-probs, for ``credit_clipped`` and
     ``credit_masked_by_rollout_correction`` (IcePop window ``icepop_window``, "lo_hi"). See the
-    module docstring.
+    module docstring. ``trainer`` (a key of ``estimators.registry.TRAINERS``): the trainer the upload
+    names, whose dialect is named first among equally good matches.
     """
     with one_thread():
         b = prepare(inp, uploaded_advantages, kinds, truncated)
@@ -179,7 +181,7 @@ def audit(
             b = replace(b, lp=logprobs.double(), rlp=rollout_logprobs.double())
         if not bool(b.rows.any()):
             return no_policy_tokens()
-        found = search(b)
+        found = search(b, trainer)
         ref, raw = ref_of(b, found.closest)
         ctx = Context(
             b=b, search=found, ref=ref, raw=raw, claimed=torch.zeros_like(b.pol), icepop_window=icepop_window
@@ -201,6 +203,7 @@ def audit_episodes(
     bootstrap_value: Sequence[float | None] | None = None,
     logprobs: Sequence[Any] | None = None,
     rollout_logprobs: Sequence[Any] | None = None,
+    trainer: str | None = None,
 ) -> AuditResult:
     """:func:`audit` on per-episode arrays (lists, numpy arrays or 1-D tensors of each episode's
     length): right-pads them into a batch. ``kinds`` holds "prompt" / "policy" / "tool" strings;
@@ -237,5 +240,11 @@ def audit_episodes(
     )
     tr = None if truncated is None else torch.tensor(list(truncated), dtype=torch.bool)
     return audit(
-        inp, pad(advantages), kt, tr, logprobs=pad_opt(logprobs), rollout_logprobs=pad_opt(rollout_logprobs)
+        inp,
+        pad(advantages),
+        kt,
+        tr,
+        logprobs=pad_opt(logprobs),
+        rollout_logprobs=pad_opt(rollout_logprobs),
+        trainer=trainer,
     )

@@ -40,6 +40,7 @@ from .constants import (
     TOKEN_TOL,
     ZEROED_WARN_SHARE,
 )
+from .dialects import departures
 from .hypotheses import CONVENTIONS, HYPOTHESES, Hypothesis, base_scheme, fixed_raw, outcome_candidates, raw
 from .report import finding
 from .search import Search
@@ -221,6 +222,16 @@ def bug_hypotheses(ctx: Context) -> list[dict[str, Any]]:
         ch = changed(ctx.raw, fixed, b.pol)
         out.append(_bug_finding(h, pick, b, ch, ctx.raw, fixed))
         ctx.claimed |= ch
+    return out
+
+
+def dialect_departures(ctx: Context) -> list[dict[str, Any]]:
+    """When the best match is a trainer's dialect: the departures from our conventions its
+    registration lists (``departs``) that this batch shows (:mod:`.departures`)."""
+    out = []
+    for d, message, where, evidence in departures(ctx.b, ctx.pick):
+        ctx.claimed |= where & ctx.b.pol
+        out.append(finding(d.code, d.severity, message, where, evidence))
     return out
 
 
@@ -474,6 +485,7 @@ DETECTORS: tuple[Detector, ...] = (
     credit_on_non_policy_tokens,
     reward_on_non_policy_token,
     bug_hypotheses,
+    dialect_departures,
     convention_differs,
     group_pathologies,
     advantage_not_constant_per_turn,

@@ -45,7 +45,9 @@ def no_policy_tokens() -> AuditResult:
 def best_match(s: Search) -> dict[str, Any]:
     """The ``best_match`` block: the match, or (scheme None) the closest fit and why it is not one."""
     if s.pick is not None:
-        return public(s.pick)
+        out = public(s.pick)
+        out["also_matches"] = [public(c) for c in s.also]
+        return out
     c = s.closest
     return {
         **_NONE,

@@ -12,7 +12,7 @@ they need; without a match, the closest fit is the one most tokens agree with.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,6 +21,8 @@ from torch import Tensor
 from .batch import Batch, subset
 from .candidates import Cand, broadcast, matches, one_factor, score_outcome, share
 from .constants import MATCH_MAX_ABS, SCREEN_ROWS, SURVIVORS, TIE, TOKEN_TOL
+from .dialects import candidates as dialect_candidates
+from .dialects import rank
 from .hypotheses import deviations, full_token, outcome_candidates, raw, token_configs
 
 
@@ -33,6 +35,7 @@ class Search:
     searched: int  # configurations scored
     pick: Cand | None  # the best match, None when nothing matches
     closest: Cand  # the best match, or the closest fit
+    also: list[Cand] = field(default_factory=list)  # trainers' dialects that match as well as the pick
 
 
 def screen_rows(b: Batch) -> Tensor:
@@ -77,8 +80,25 @@ def screen(b: Batch, configs: list[tuple[str, dict[str, Any]]]) -> list[tuple[fl
     return out
 
 
-def search(b: Batch) -> Search:
-    """Score the search space on ``b`` (a batch with at least one policy token) and pick."""
+def _closest(pool: list[Cand], trainer: str | None) -> Cand:
+    """The candidate most tokens agree with, then the smallest worst diff (float32 trainers' ties
+    within TIE are equal), then the fewest deviations (the named trainer's dialect first)."""
+
+    def agree(c: Cand) -> float:
+        return c.share if c.share is not None else c.fit
+
+    top = max(agree(c) for c in pool)
+    best = [c for c in pool if agree(c) >= top - 1e-12]
+    low = min(c.max_abs for c in best)
+    near = [c for c in best if c.max_abs <= low + TIE]
+    return min(near, key=lambda c: (deviations(c.params) + rank(c, trainer), c.max_abs))
+
+
+def search(b: Batch, trainer: str | None = None) -> Search:
+    """Score the search space on ``b`` (a batch with at least one policy token) and pick. The
+    trainers' dialects are in it (:mod:`.dialects`); ``trainer`` (a key of
+    ``estimators.registry.TRAINERS``, the one the upload names) ranks that trainer's first among
+    equally good matches."""
     outcome = outcome_candidates(b)
     for c in outcome:
         c.max_abs, c.fit, c.inlier = score_outcome(b, c)
@@ -108,15 +128,21 @@ def search(b: Batch) -> Search:
             whs = tuple(w for w, r in (("none", d), ("batch", f)) if r <= cut) or ("batch",)
             pool += one_factor(full_token(b, scheme, p, whs))
 
+    dialects, n = dialect_candidates(b, screen_rows(b))
+    pool += dialects
+    searched += n
+
     found = [c for c in pool if matches(c)]
     pick: Cand | None = None
+    also: list[Cand] = []
     if found:
         top = min(c.max_abs for c in found)
         near = [c for c in found if c.max_abs <= top + TIE]
-        pick = min(near, key=lambda c: (deviations(c.params), c.max_abs))
+        pick = min(near, key=lambda c: (deviations(c.params) + rank(c, trainer), c.max_abs))
+        also = [c for c in near if c is not pick and c.params.get("trainer") is not None]
     # Without a match, the closest fit is the one most tokens agree with (then the smallest worst
     # diff): one wild token should not hand "closest" to a scheme that agrees with nothing.
-    closest = pick or min(pool, key=lambda c: (-(c.share if c.share is not None else c.fit), c.max_abs))
+    closest = pick or _closest(pool, trainer)
     if closest.share is None:
         closest.share = share(b, broadcast(b, closest.vec))[1]
-    return Search(outcome=outcome, pool=pool, searched=searched, pick=pick, closest=closest)
+    return Search(outcome=outcome, pool=pool, searched=searched, pick=pick, closest=closest, also=also)
