@@ -197,7 +197,7 @@ def audit_file(data: bytes, *, fmt: str | None = None, filename: str | None = No
     from app.core.validate import prepare_episode
     from app.ingest import iter_upload
 
-    _, pairs = iter_upload(data, fmt=fmt, filename=filename)
+    _, pairs = iter_upload(data, fmt=fmt)
     arrays = []
     all_tids = True
     for i, (line, ep) in enumerate(pairs):

@@ -1,141 +1,160 @@
 """Upload formats: detection and parsing into native episodes.
 
-Add a format = add one module here (next to native.py) with ``NAME``, ``DESCRIPTION``,
-``PRIORITY`` (lower is sniffed first), ``sniff(data, first_record) -> bool`` and
-``parse(data, filename) -> Parsed``. Modules are discovered automatically.
+:data:`FORMATS` maps each format's name to its :class:`Format` (app/ingest/_registry.py), in
+sniffing order. :func:`detect` names the format of an upload, :func:`iter_upload` streams its
+episodes, :func:`parse_upload` collects them.
+
+**Adding a format** (the one way): one module, one fixture folder, one test.
+
+1. ``app/ingest/<name>.py``, named after the format, with a docstring saying what it reads
+   (which tool writes it, the fields, how kinds, reward and group are found). It ends with::
+
+       register_format(
+           name="<name>",                # the module's own name
+           description="...",            # one line, shown by GET /api/formats and the 422s
+           priority=...,                 # a free number; lower is sniffed first
+           sniff=sniff,                  # sniff(doc: Document) -> bool
+           record=episode_from_record,   # JSON/JSONL: one record -> one EpisodeIn
+           # or episodes=episodes,       # anything else: a generator of (line, episode)
+           takes_tokenizer=False,        # True when it shows token ids through a tokenizer.json
+       )
+
+   ``sniff`` reads only ``doc.first`` (the first record, parsed alone), ``doc.zip_names`` or the
+   first bytes of ``doc.data``. ``record`` builds an episode from a :class:`Record` (``rec.obj``;
+   errors through ``rec.error(code, message, field)`` so they name line and episode). Shared
+   pieces: app/ingest/_common.py (numbers, lists, meta), _chat.py and _spans.py (chat messages,
+   tool spans in text), _tokenizer.py (token ids -> pieces), _damage.py (damaged containers).
+2. ``fixtures/formats/<name>/``: a real example file (public, with a README saying where it
+   comes from) or one written from the format's documented schema by a script beside it.
+3. ``tests/app/ingest/test_fmt_<name>.py``: upload the example through the real API and compare
+   what is stored with what the file says; malformed variants answer a 4xx naming the field.
+   ``tests/app/ingest/test_contract.py`` checks every registered format by itself: its example
+   detects as itself, its episodes stream, and the formats table of ``docs/api.md`` lists it.
+
+Then add the row to the formats table in ``docs/api.md``.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Iterator
-from functools import lru_cache
-from types import ModuleType
 
 from app.core.errors import ApiError
 from app.core.schemas import EpisodeIn
-from app.core.validate import ArrayEpisode
-from app.ingest._common import Parsed, first_object, forget_document
+from app.core.validate import native_of
+from app.ingest._common import Parsed, Record
 from app.ingest._damage import check as check_damage
+from app.ingest._document import Document
 from app.ingest._mapping import iter_mapped, parse_mapping, unknown_format_hint
+from app.ingest._registry import FORMATS, Format, Pair, discover, register_format
 from app.ingest._tokenizer import TokenDecoder, load_tokenizer
 
-__all__ = ["Parsed", "formats", "detect", "parse_upload", "iter_upload", "load_tokenizer", "TokenDecoder"]
+__all__ = [
+    "FORMATS",
+    "Document",
+    "Format",
+    "Parsed",
+    "Record",
+    "TokenDecoder",
+    "detect",
+    "formats",
+    "iter_upload",
+    "load_tokenizer",
+    "parse_upload",
+    "register_format",
+]
+
+discover()
 
 
-@lru_cache
-def formats() -> dict[str, ModuleType]:
-    """Every upload format module by NAME, in sniffing order."""
-    mods = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(mod, "parse") and hasattr(mod, "sniff"):
-            mods.append(mod)
-    mods.sort(key=lambda m: getattr(m, "PRIORITY", 100))
-    return {m.NAME: m for m in mods}
+def formats() -> dict[str, Format]:
+    """:data:`FORMATS` (every upload format by name, in sniffing order)."""
+    return FORMATS
 
 
-def detect(data: bytes, filename: str | None = None) -> str:
+def detect(data: bytes | Document) -> str:
     """The name of the format of ``data``; ApiError 422 ``unknown_format`` if none matches."""
-    first = None if data[:4] == b"PK\x03\x04" else first_object(data)
-    for name, mod in formats().items():
-        if mod.sniff(data, first):
-            return name
-    if first is None and data.strip():
-        # Not one of the binary formats and not parseable: report the JSON error with its line.
-        from app.ingest._common import read_records
+    return _sniffed(Document.of(data)).name
 
-        read_records(data)
-    forget_document(data)  # no format will read the document first_object parsed
+
+def _sniffed(doc: Document) -> Format:
+    for fmt in FORMATS.values():
+        if fmt.sniff(doc):
+            return fmt
+    first = doc.first
+    if first is None and doc.data.strip() and not doc.is_zip:
+        # Not one of the binary formats and not parseable: report the JSON error with its line.
+        for _ in doc.records():
+            pass
     raise ApiError(
         422,
         "unknown_format",
         "could not recognise the upload format. "
         + unknown_format_hint(first)
         + " Or pass format=<name> to choose one of the known formats: "
-        + "; ".join(f"{n} ({m.DESCRIPTION})" for n, m in formats().items())
+        + "; ".join(f"{n} ({f.description})" for n, f in FORMATS.items())
         + ".",
         line=1 if isinstance(first, dict) else None,
         episode=1 if isinstance(first, dict) else None,
     )
 
 
-def _resolve(data: bytes, fmt: str | None, filename: str | None) -> tuple[bytes, str, ModuleType]:
-    """(data without a BOM, the format's name, its module); 422 for an empty upload or unknown format."""
-    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark (Windows editors write one)
-        data = data[3:]
-    if not data or not data.strip():
+def _resolve(data: bytes, fmt: str | None) -> tuple[Document, Format]:
+    """(the upload's document, its format); 422 for an empty upload or an unknown format."""
+    doc = Document.of(data)
+    if not doc.data.strip():
         raise ApiError(422, "empty_upload", "the upload is empty.")
-    check_damage(data)  # a truncated zip / parquet / safetensors says so, whatever the format
+    check_damage(doc.data)  # a truncated zip / parquet / safetensors says so, whatever the format
     if fmt in (None, "", "auto"):
-        fmt = detect(data, filename)
-    mod = formats().get(fmt)
-    if mod is None:
+        return doc, _sniffed(doc)
+    found = FORMATS.get(str(fmt))
+    if found is None:
         raise ApiError(
             422,
             "unknown_format",
-            f"format {fmt!r} is not known; choose one of: auto, {', '.join(formats())}.",
+            f"format {fmt!r} is not known; choose one of: auto, {', '.join(FORMATS)}.",
             field="format",
         )
-    return data, fmt, mod
+    return doc, found
 
 
-def _tok_kw(mod: ModuleType, tokenizer: TokenDecoder | None) -> dict:
-    """``tokenizer=`` for the formats of token ids (``TAKES_TOKENIZER``); others show text already."""
-    return (
-        {"tokenizer": tokenizer} if tokenizer is not None and getattr(mod, "TAKES_TOKENIZER", False) else {}
-    )
-
-
-def parse_upload(
-    data: bytes,
-    fmt: str | None = None,
-    filename: str | None = None,
-    source: str | None = None,
-    tokenizer: TokenDecoder | None = None,
-) -> Parsed:
-    """Parse an upload in format ``fmt`` (auto-detected when None or "auto") into native episodes.
-
-    Each episode's ``meta.source`` defaults to ``source`` (else "upload:<format>"). ``tokenizer``
-    (:func:`load_tokenizer`) shows token ids as the tokenizer's pieces."""
-    data, fmt, mod = _resolve(data, fmt, filename)
-    parsed = mod.parse(data, filename, **_tok_kw(mod, tokenizer))
-    for ep in parsed.episodes:
+def _with_source(pairs: Iterator[Pair], source: str) -> Iterator[Pair]:
+    for line, ep in pairs:
         if isinstance(ep.meta, dict):
-            ep.meta.setdefault("source", source or f"upload:{fmt}")
-    return parsed
+            ep.meta.setdefault("source", source)
+        yield line, ep
 
 
 def iter_upload(
     data: bytes,
     fmt: str | None = None,
-    filename: str | None = None,
     tokenizer: TokenDecoder | None = None,
-    mapping: str | dict | None = None,
-) -> tuple[str, Iterator[tuple[int | None, EpisodeIn | ArrayEpisode]]]:
-    """(format name, lazy ``(line, episode)`` pairs): formats with ``iter_parse`` yield episodes as
-    they parse them (binary formats as arrays), so an upload never holds every episode's Python
-    lists at once. ``tokenizer``: as in :func:`parse_upload`. ``mapping`` ({native field: record
-    key}, app/ingest/_mapping.py): read the records through it instead of a format ("mapped")."""
+    mapping: str | dict[str, str] | None = None,
+) -> tuple[str, Iterator[Pair]]:
+    """(format name, lazy ``(line, episode)`` pairs): episodes are yielded as the format reads
+    them (binary formats as arrays), so an upload never holds every episode's Python lists at once.
+    ``fmt``: a format name, or None/"auto" to detect it. ``tokenizer`` (:func:`load_tokenizer`)
+    shows token ids as the tokenizer's pieces in the formats that take one. ``mapping`` ({native
+    field: record key}, app/ingest/_mapping.py): read the records through it instead of a format
+    ("mapped")."""
     mapped = parse_mapping(mapping)
     if mapped is not None:
-        data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
-        return "mapped", iter_mapped(data, mapped)
-    data, fmt, mod = _resolve(data, fmt, filename)
-    kw = _tok_kw(mod, tokenizer)
+        return "mapped", iter_mapped(Document.of(data).data, mapped)
+    doc, found = _resolve(data, fmt)
+    return found.name, _with_source(found.stream(doc, tokenizer), f"upload:{found.name}")
 
-    def gen() -> Iterator[tuple[int | None, EpisodeIn | ArrayEpisode]]:
-        if hasattr(mod, "iter_parse"):
-            pairs = mod.iter_parse(data, filename, **kw)
-        else:
-            parsed = mod.parse(data, filename, **kw)
-            pairs = zip(parsed.lines, parsed.episodes, strict=True)
-        for line, ep in pairs:
-            if isinstance(ep.meta, dict):
-                ep.meta.setdefault("source", f"upload:{fmt}")
-            yield line, ep
 
-    return fmt, gen()
+def parse_upload(
+    data: bytes,
+    fmt: str | None = None,
+    source: str | None = None,
+    tokenizer: TokenDecoder | None = None,
+) -> Parsed:
+    """Every episode of an upload in format ``fmt`` (auto-detected when None or "auto") as native
+    episodes, for the offline CLI, the demo data and tests (uploads stream with :func:`iter_upload`).
+    Each episode's ``meta.source`` defaults to ``source`` (else "upload:<format>")."""
+    doc, found = _resolve(data, fmt)
+    out = Parsed(found.name)
+    for line, ep in _with_source(found.stream(doc, tokenizer), source or f"upload:{found.name}"):
+        out.episodes.append(ep if isinstance(ep, EpisodeIn) else native_of(ep))
+        out.lines.append(line)
+    return out

@@ -28,16 +28,13 @@ import numpy as np
 
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, piece_kinds, record_meta, render_messages, render_policy
-from app.ingest._common import Parsed, Record, id_token, read_records, scalar_meta, short_hash
+from app.ingest._common import Record, id_token, scalar_meta, short_hash
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, content_text
 from app.ingest._tokenizer import TokenDecoder
 
 NAME = "agent_lightning"
-DESCRIPTION = (
-    "agent-lightning store archive (rollout + LLM-call events with prompt_token_ids, choices[].token_ids)"
-)
-PRIORITY = 26
-TAKES_TOKENIZER = True
 EVENT_KEYS = ("events", "spans")
 
 
@@ -50,8 +47,8 @@ def _events(obj: Any) -> tuple[str, list] | None:
     return None
 
 
-def sniff(data: bytes, first: Any) -> bool:
-    return _events(first) is not None
+def sniff(doc: Document) -> bool:
+    return _events(doc.first) is not None
 
 
 class _Call:
@@ -203,15 +200,13 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
     return ep
 
 
-def iter_parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None):
-    """(line, episode) pairs, one per rollout."""
-    for rec in read_records(data):
-        yield rec.line, episode_from_record(rec, tokenizer)
-
-
-def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for line, ep in iter_parse(data, filename, tokenizer):
-        out.episodes.append(ep)
-        out.lines.append(line)
-    return out
+register_format(
+    name=NAME,
+    description=(
+        "agent-lightning store archive (rollout + LLM-call events with prompt_token_ids, choices[].token_ids)"
+    ),
+    priority=26,
+    sniff=sniff,
+    record=episode_from_record,
+    takes_tokenizer=True,
+)

@@ -18,18 +18,18 @@ from typing import Any
 
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, no_messages, record_meta, render_messages
-from app.ingest._common import Parsed, Record, parse_records
+from app.ingest._common import Record
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder
 
 NAME = "agentbench"
-DESCRIPTION = "AgentBench runs.jsonl (output.history with user/agent roles, output.status, output.result)"
-PRIORITY = 24
 
 TRUNCATED = ("task limit reached", "agent context limit")
 
 
-def sniff(data: bytes, first: Any) -> bool:
-    out = first.get("output") if isinstance(first, dict) else None
+def sniff(doc: Document) -> bool:
+    out = doc.first.get("output") if isinstance(doc.first, dict) else None
     return isinstance(out, dict) and isinstance(out.get("history"), list)
 
 
@@ -70,5 +70,10 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     )
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    return parse_records(NAME, data, episode_from_record)
+register_format(
+    name=NAME,
+    description="AgentBench runs.jsonl (output.history with user/agent roles, output.status, output.result)",
+    priority=24,
+    sniff=sniff,
+    record=episode_from_record,
+)

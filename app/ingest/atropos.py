@@ -26,19 +26,17 @@ import numpy as np
 
 from app.core.errors import ApiError, located
 from app.core.schemas import EpisodeIn
-from app.ingest._common import Parsed, Record, float_list, id_token, read_records, scalar_meta
+from app.ingest._common import Record, float_list, id_token, scalar_meta
+from app.ingest._document import Document
+from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
-
-NAME = "atropos"
-DESCRIPTION = "Atropos ScoredDataGroup JSONL (one group per line: tokens, masks with -100, scores, messages)"
-PRIORITY = 12
-TAKES_TOKENIZER = True
 
 NOT_TRAINED = -100
 PER_TOKEN = ("advantages", "ref_logprobs", "inference_logprobs", "token_scores", "token_weights")
 
 
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    first = doc.first
     if not isinstance(first, dict):
         return False
     toks = first.get("tokens")
@@ -165,20 +163,20 @@ def episodes_of_group(
         )
 
 
-def iter_parse(
-    data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None
-) -> Iterator[tuple[int | None, EpisodeIn]]:
+def episodes(doc: Document, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
     """(line, episode) pairs: every sequence of every group, in file order."""
     n = 1
-    for rec in read_records(data):
+    for rec in doc.records():
         for ep in episodes_of_group(rec, n, tokenizer):
             yield rec.line, ep
             n += 1
 
 
-def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for line, ep in iter_parse(data, filename, tokenizer):
-        out.episodes.append(ep)
-        out.lines.append(line)
-    return out
+register_format(
+    name="atropos",
+    description="Atropos ScoredDataGroup JSONL (one group per line: tokens, masks with -100, scores, messages)",
+    priority=12,
+    sniff=sniff,
+    episodes=episodes,
+    takes_tokenizer=True,
+)

@@ -10,22 +10,20 @@ Kinds by the shared message rule (app/ingest/_chat.py). No reward: stored with `
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, find_messages, no_messages, record_meta, render_messages
-from app.ingest._common import Parsed, Record, parse_records, short_hash
+from app.ingest._common import Record, short_hash
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder
 
 NAME = "chat_trajectory"
-DESCRIPTION = "chat messages under messages/traj/history/conversation/trajectory + optional reward"
-PRIORITY = 60
 
 GROUP_KEYS = ("group", "task_id", "task", "uid", "instance_id")
 
 
-def sniff(data: bytes, first: Any) -> bool:
-    found = find_messages(first)
+def sniff(doc: Document) -> bool:
+    found = find_messages(doc.first)
     return found is not None and (not found[1] or "role" in found[1][0])
 
 
@@ -56,5 +54,10 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     )
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    return parse_records(NAME, data, episode_from_record)
+register_format(
+    name=NAME,
+    description="chat messages under messages/traj/history/conversation/trajectory + optional reward",
+    priority=60,
+    sniff=sniff,
+    record=episode_from_record,
+)

@@ -5,38 +5,27 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from typing import Any
 
 from pydantic import ValidationError
 
 from app.core.schemas import EpisodeIn
-from app.ingest._common import (
-    Parsed,
-    Record,
-    looks_like_jsonl,
-    read_records,
-    validate_native,
-    validation_error,
-)
-
-NAME = "native"
-DESCRIPTION = (
-    "creditlens native JSON/JSONL: tokens, kinds, reward/rewards, values, logprobs, turn_ids, group, meta"
-)
-PRIORITY = 10
+from app.ingest._common import Record, looks_like_jsonl, validate_native, validation_error
+from app.ingest._document import Document
+from app.ingest._registry import Pair, register_format
 
 
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    first = doc.first
     return isinstance(first, dict) and "tokens" in first and "kinds" in first
 
 
-def iter_parse(data: bytes, filename: str | None = None) -> Iterator[tuple[int | None, EpisodeIn]]:
+def episodes(doc: Document) -> Iterator[Pair]:
     """Lazy ``(line, episode)`` pairs."""
-    if looks_like_jsonl(data):
+    if looks_like_jsonl(doc.data):
         # Fast path: pydantic parses and validates each line in one pass (no intermediate dicts),
         # reading lines lazily from the buffer.
         n = 0
-        for line, raw in enumerate(io.BytesIO(data), start=1):
+        for line, raw in enumerate(io.BytesIO(doc.data), start=1):
             if not raw.strip():
                 continue
             n += 1
@@ -45,13 +34,16 @@ def iter_parse(data: bytes, filename: str | None = None) -> Iterator[tuple[int |
             except ValidationError as e:
                 raise validation_error(e, Record(line, n, None)) from None
         return
-    for rec in read_records(data):
+    for rec in doc.records():
         yield rec.line, validate_native(rec.obj, rec)
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for line, ep in iter_parse(data, filename):
-        out.episodes.append(ep)
-        out.lines.append(line)
-    return out
+register_format(
+    name="native",
+    description=(
+        "creditlens native JSON/JSONL: tokens, kinds, reward/rewards, values, logprobs, turn_ids, group, meta"
+    ),
+    priority=10,
+    sniff=sniff,
+    episodes=episodes,
+)

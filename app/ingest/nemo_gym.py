@@ -28,30 +28,17 @@ import numpy as np
 from app.core.schemas import EpisodeIn
 from app.core.tokenize import tokenize
 from app.ingest._chat import add_text
-from app.ingest._common import (
-    Parsed,
-    Record,
-    as_float,
-    float_list,
-    id_token,
-    read_records,
-    scalar_meta,
-    short_hash,
-)
+from app.ingest._common import Record, as_float, float_list, id_token, scalar_meta, short_hash
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, arguments_text, content_text
 from app.ingest._tokenizer import TokenDecoder
-
-NAME = "nemo_gym"
-DESCRIPTION = (
-    "NeMo Gym rollouts JSONL (responses_create_params, response.output items, reward, _ng_task_index)"
-)
-PRIORITY = 15
-TAKES_TOKENIZER = True
 
 POLICY_ITEMS = ("reasoning", "function_call")
 
 
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    first = doc.first
     return (
         isinstance(first, dict)
         and isinstance(first.get("responses_create_params"), dict)
@@ -276,15 +263,13 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
     )
 
 
-def iter_parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None):
-    """(line, episode) pairs, one per rollout."""
-    for rec in read_records(data):
-        yield rec.line, episode_from_record(rec, tokenizer)
-
-
-def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for line, ep in iter_parse(data, filename, tokenizer):
-        out.episodes.append(ep)
-        out.lines.append(line)
-    return out
+register_format(
+    name="nemo_gym",
+    description=(
+        "NeMo Gym rollouts JSONL (responses_create_params, response.output items, reward, _ng_task_index)"
+    ),
+    priority=15,
+    sniff=sniff,
+    record=episode_from_record,
+    takes_tokenizer=True,
+)

@@ -19,27 +19,23 @@ import numpy as np
 
 from app.core.schemas import EpisodeIn
 from app.ingest._common import (
-    Parsed,
     Record,
     as_float,
     float_list,
     id_token,
     mask_kinds,
-    parse_records,
     scalar_meta,
     short_hash,
 )
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 from app.ingest._tokenizer import TokenDecoder
 
 NAME = "nemo_rl"
-DESCRIPTION = (
-    "NeMo-RL train_data JSONL (token_ids, token_loss_mask, rewards, advantages, generation_logprobs)"
-)
-PRIORITY = 50
-TAKES_TOKENIZER = True
 
 
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    first = doc.first
     return isinstance(first, dict) and "token_ids" in first and "token_loss_mask" in first
 
 
@@ -138,5 +134,13 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
     )
 
 
-def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None) -> Parsed:
-    return parse_records(NAME, data, lambda rec: episode_from_record(rec, tokenizer))
+register_format(
+    name=NAME,
+    description=(
+        "NeMo-RL train_data JSONL (token_ids, token_loss_mask, rewards, advantages, generation_logprobs)"
+    ),
+    priority=50,
+    sniff=sniff,
+    record=episode_from_record,
+    takes_tokenizer=True,
+)

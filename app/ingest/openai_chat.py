@@ -20,18 +20,34 @@ from typing import Any
 from app.core.schemas import EpisodeIn
 from app.core.tokenize import tokenize
 from app.ingest._chat import text_spans
-from app.ingest._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
+from app.ingest._common import Record, as_float, scalar_meta, short_hash
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 
 NAME = "openai_chat"
-DESCRIPTION = "OpenAI chat messages (role, content, tool_calls, tool_call_id) + a per-episode reward"
-PRIORITY = 20
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    first = doc.first
     msgs = first.get("messages") if isinstance(first, dict) else None
-    return isinstance(msgs, list) and (not msgs or (isinstance(msgs[0], dict) and "role" in msgs[0]))
+    return (
+        isinstance(msgs, list)
+        and (not msgs or (isinstance(msgs[0], dict) and "role" in msgs[0]))
+        and all(_plain(m) for m in msgs)
+    )
+
+
+def _plain(m: Any) -> bool:
+    """A message this format reads: a known role and tool calls that name their function (other
+    roles and call shapes are the structural reader's, app/ingest/transcript.py)."""
+    if not isinstance(m, dict) or m.get("role") not in ROLES:
+        return False
+    calls = m.get("tool_calls") or []
+    return isinstance(calls, list) and all(
+        isinstance(c, dict) and isinstance(c.get("function"), dict) and "name" in c["function"] for c in calls
+    )
 
 
 def _text(content: Any, rec: Record, field: str) -> str:
@@ -129,9 +145,10 @@ def episode_from_messages(rec: Record) -> EpisodeIn:
     )
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for rec in read_records(data):
-        out.episodes.append(episode_from_messages(rec))
-        out.lines.append(rec.line)
-    return out
+register_format(
+    name=NAME,
+    description="OpenAI chat messages (role, content, tool_calls, tool_call_id) + a per-episode reward",
+    priority=20,
+    sniff=sniff,
+    record=episode_from_messages,
+)

@@ -13,25 +13,25 @@ record has one, else the episode is stored with ``reward: null``. Group: ``insta
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, message_kind, no_messages, record_meta, render_policy
-from app.ingest._common import Parsed, Record, read_records
+from app.ingest._common import Record
+from app.ingest._document import Document
+from app.ingest._registry import Pair, register_format
 from app.ingest._spans import SpanBuilder, content_text
 
 NAME = "openhands"
-DESCRIPTION = (
-    "OpenHands trajectory (a JSON array of action/observation events) or records with `history` of events"
-)
-PRIORITY = 25
 
 
 def _is_event(x: Any) -> bool:
     return isinstance(x, dict) and "source" in x and ("action" in x or "observation" in x)
 
 
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    first = doc.first
     if _is_event(first):
         return True
     h = first.get("history") if isinstance(first, dict) else None
@@ -100,22 +100,31 @@ def episode_from_events(rec: Record, events: list, field: str, obj: dict | None)
     )
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    out = Parsed(NAME)
-    records = read_records(data)
-    if records and _is_event(records[0].obj):
+def episodes(doc: Document) -> Iterator[Pair]:
+    """A saved trajectory (records that are events) as one episode; else one per record."""
+    if _is_event(doc.first):
         # A saved trajectory: the whole array (or JSONL of events) is one episode.
-        out.episodes.append(
-            episode_from_events(Record(records[0].line, 1, None), [r.obj for r in records], "events", None)
+        events = list(doc.records())
+        yield (
+            events[0].line,
+            episode_from_events(Record(events[0].line, 1, None), [r.obj for r in events], "events", None),
         )
-        out.lines.append(records[0].line)
-        return out
-    for rec in records:
+        return
+    for rec in doc.records():
         obj = rec.obj
         if not isinstance(obj, dict) or not isinstance(obj.get("history"), list):
             raise rec.error(
                 "missing_field", "field `history` (a list of events) is missing.", field="history"
             )
-        out.episodes.append(episode_from_events(rec, obj["history"], "history", obj))
-        out.lines.append(rec.line)
-    return out
+        yield rec.line, episode_from_events(rec, obj["history"], "history", obj)
+
+
+register_format(
+    name=NAME,
+    description=(
+        "OpenHands trajectory (a JSON array of action/observation events) or records with `history` of events"
+    ),
+    priority=25,
+    sniff=sniff,
+    episodes=episodes,
+)

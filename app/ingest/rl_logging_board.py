@@ -11,19 +11,17 @@ is what PPO trained on), so it becomes ``rewards`` and the logged ``reward`` is 
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.core.schemas import EpisodeIn
 from app.core.tokenize import tokenize
-from app.ingest._common import Parsed, Record, as_float, float_list, parse_records, scalar_meta, short_hash
+from app.ingest._common import Record, as_float, float_list, scalar_meta, short_hash
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 
 NAME = "rl_logging_board"
-DESCRIPTION = "RL Logging Board JSONL (prompt, response_tokens, logprobs, values, token_rewards, reward)"
-PRIORITY = 40
 
 
-def sniff(data: bytes, first: Any) -> bool:
-    return isinstance(first, dict) and "response_tokens" in first
+def sniff(doc: Document) -> bool:
+    return isinstance(doc.first, dict) and "response_tokens" in doc.first
 
 
 def episode_from_record(rec: Record) -> EpisodeIn:
@@ -70,5 +68,10 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     )
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    return parse_records(NAME, data, episode_from_record)
+register_format(
+    name=NAME,
+    description="RL Logging Board JSONL (prompt, response_tokens, logprobs, values, token_rewards, reward)",
+    priority=40,
+    sniff=sniff,
+    record=episode_from_record,
+)

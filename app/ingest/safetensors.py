@@ -31,20 +31,13 @@ import numpy as np
 
 from app.core.errors import ApiError
 from app.core.protocol import PROTOCOL_KEY, check_protocol
-from app.core.validate import ArrayEpisode, native_of
-from app.ingest._common import Parsed
+from app.core.validate import ArrayEpisode
+from app.ingest._document import Document
+from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
 
 # The wire format is defined once, by the client that writes it.
 from creditlens.wire import FLOAT_FIELDS, PADDING
-
-NAME = "safetensors"
-DESCRIPTION = (
-    "safetensors file of [B, T] tensors (kinds, token_ids, rewards, values, logprobs, advantages, ...) "
-    "as written by the creditlens Python client"
-)
-PRIORITY = 4  # before verl_pt: a header length can start with 0x80, a pickle's first byte
-TAKES_TOKENIZER = True
 
 _INTS = {
     "U8": "<u1",
@@ -68,7 +61,8 @@ _SPEC: dict[str, tuple[dict[str, str], int]] = {
 _METADATA_KEYS = ("tokens", "special_tokens", "groups", "meta")
 
 
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    data = doc.data
     if len(data) < 10:
         return False
     (n,) = struct.unpack_from("<Q", data)
@@ -217,22 +211,11 @@ def _rows(value: Any, B: int, key: str) -> list:
     return value
 
 
-def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None) -> Parsed:
-    """The whole file as native episodes (for the offline CLI and tests; uploads use iter_parse)."""
-    out = Parsed(NAME)
-    for line, ep in iter_parse(data, filename, tokenizer):
-        out.episodes.append(native_of(ep))
-        out.lines.append(line)
-    return out
-
-
-def iter_parse(
-    data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None
-) -> Iterator[tuple[int | None, ArrayEpisode]]:
+def episodes(doc: Document, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
     """Validate the whole file first (every error before any episode), then hand over the
     episodes one row at a time as arrays (app/core/validate.py checks and stores them as they are)."""
-    rows = _validated(data)
-    return _episodes(*rows, tokenizer)
+    rows = _validated(doc.data)
+    yield from _episodes(*rows, tokenizer)
 
 
 def _validated(data: bytes) -> tuple:
@@ -390,3 +373,16 @@ def _episodes(
                 meta=ep_meta,
             ),
         )
+
+
+register_format(
+    name="safetensors",
+    description=(
+        "safetensors file of [B, T] tensors (kinds, token_ids, rewards, values, logprobs, advantages, ...) "
+        "as written by the creditlens Python client"
+    ),
+    priority=1,  # before verl_pt: a header length can start with 0x80, a pickle's first byte
+    sniff=sniff,
+    episodes=episodes,
+    takes_tokenizer=True,
+)

@@ -32,21 +32,20 @@ from __future__ import annotations
 import io
 import math
 import zipfile
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from app.core.errors import ApiError
 from app.core.schemas import EpisodeIn
-from app.ingest._common import Parsed, Record, id_token, mask_kinds, short_hash
+from app.ingest._common import Record, id_token, mask_kinds, short_hash
 from app.ingest._damage import torch_load_damage
+from app.ingest._document import Document
+from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
 
 NAME = "slime_pt"
-DESCRIPTION = "slime --dump-details .pt (samples with tokens, response_length, loss_mask, reward, advantages, log_probs)"
-# Before verl_pt (PRIORITY 5), which claims every torch file.
-PRIORITY = 4
-TAKES_TOKENIZER = True
 
 CODE = "bad_slime_dump"
 # The archive's entries may declare at most this much once unpacked (torch writes them stored,
@@ -55,23 +54,15 @@ MAX_UNPACKED_BYTES = 512 * 1024 * 1024
 _SNIFF_BYTES = 1 << 20
 
 
-def _pickle_head(data: bytes) -> bytes:
+def _pickle_head(doc: Document) -> bytes:
     """The first MiB of the pickle inside a torch file (never inflating more than that)."""
-    if data[:4] == b"PK\x03\x04":
-        try:
-            with zipfile.ZipFile(io.BytesIO(data)) as zf:
-                name = next((n for n in zf.namelist() if n.endswith("data.pkl")), None)
-                if name is None:
-                    return b""
-                with zf.open(name) as f:
-                    return f.read(_SNIFF_BYTES)
-        except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError, EOFError):
-            return b""
-    return data[:_SNIFF_BYTES] if data[:1] == b"\x80" else b""
+    if doc.is_zip:
+        return doc.zip_member_head("data.pkl", _SNIFF_BYTES)
+    return doc.data[:_SNIFF_BYTES] if doc.data[:1] == b"\x80" else b""
 
 
-def sniff(data: bytes, first: Any) -> bool:
-    head = _pickle_head(data)
+def sniff(doc: Document) -> bool:
+    head = _pickle_head(doc)
     return (
         b"response_length" in head and b"tokens" in head and (b"samples" in head or b"rollout_data" in head)
     )
@@ -319,9 +310,9 @@ def episode_from_sample(
     return EpisodeIn.model_construct(**fields)
 
 
-def iter_parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None):
+def episodes(doc: Document, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
     """(line, episode) pairs, one per sample (a torch file has no lines)."""
-    obj = load(data)
+    obj = load(doc.data)
     samples = _samples(obj)
     if not samples:
         raise _err("field `samples` is empty; there is nothing to show.", "samples")
@@ -339,9 +330,13 @@ def iter_parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder
         yield None, episode_from_sample(Record(None, i, s), raw, vocab, step, tokenizer)
 
 
-def parse(data: bytes, filename: str | None = None, tokenizer: TokenDecoder | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for line, ep in iter_parse(data, filename, tokenizer):
-        out.episodes.append(ep)
-        out.lines.append(line)
-    return out
+register_format(
+    name=NAME,
+    description=(
+        "slime --dump-details .pt (samples with tokens, response_length, loss_mask, reward, advantages, log_probs)"
+    ),
+    priority=2,  # before verl_pt, which claims every torch file
+    sniff=sniff,
+    episodes=episodes,
+    takes_tokenizer=True,
+)

@@ -13,21 +13,20 @@ episode is stored with ``reward: null``. ``info.exit_status`` goes to meta; an e
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, no_messages, record_meta, render_messages
-from app.ingest._common import Parsed, Record, parse_records
+from app.ingest._common import Record
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder
 
 NAME = "swe_agent"
-DESCRIPTION = "SWE-agent .traj (history with message_type, trajectory, info.exit_status)"
-PRIORITY = 23
 
 LIMIT_EXITS = ("exit_cost", "exit_context", "exit_total_execution_time", "exit_command_timeout", "exit_api")
 
 
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    first = doc.first
     if not isinstance(first, dict) or not isinstance(first.get("history"), list):
         return False
     h = first["history"]
@@ -62,5 +61,10 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     )
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    return parse_records(NAME, data, episode_from_record)
+register_format(
+    name=NAME,
+    description="SWE-agent .traj (history with message_type, trajectory, info.exit_status)",
+    priority=23,
+    sniff=sniff,
+    record=episode_from_record,
+)

@@ -10,19 +10,18 @@ record's scalars go to meta. A record with an empty ``traj`` (a run that failed,
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, no_messages, record_meta, render_messages
-from app.ingest._common import Parsed, Record, parse_records, scalar_meta
+from app.ingest._common import Record, scalar_meta
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder
 
 NAME = "tau_bench"
-DESCRIPTION = "tau-bench results (task_id, trial, reward, info, traj of chat messages)"
-PRIORITY = 22
 
 
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    first = doc.first
     return isinstance(first, dict) and isinstance(first.get("traj"), list) and "task_id" in first
 
 
@@ -49,5 +48,10 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     )
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    return parse_records(NAME, data, episode_from_record)
+register_format(
+    name=NAME,
+    description="tau-bench results (task_id, trial, reward, info, traj of chat messages)",
+    priority=22,
+    sniff=sniff,
+    record=episode_from_record,
+)

@@ -32,18 +32,19 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from app.core.errors import ApiError
 from app.core.schemas import EpisodeIn
 from app.core.tokenize import tokenize
-from app.ingest._common import Parsed, Record, scalar_meta, short_hash
+from app.ingest._common import Record, scalar_meta, short_hash
 from app.ingest._damage import damaged
+from app.ingest._document import Document
+from app.ingest._registry import Pair, register_format
 from app.ingest.openai_chat import episode_from_messages
 
 NAME = "trl_completions"
-DESCRIPTION = "TRL GRPO completions parquet (step, prompt, completion, <reward functions>, advantage)"
-PRIORITY = 4
 
 _MAGIC = b"PAR1"
 END = "<|end|>"
@@ -53,8 +54,8 @@ MAX_UNCOMPRESSED_BYTES = 256 * 1024 * 1024
 _RESERVED = {"step", "prompt", "completion", "advantage", "reward", "group", "image", "images"}
 
 
-def sniff(data: bytes, first: Any) -> bool:
-    return data[:4] == _MAGIC and data[-4:] == _MAGIC
+def sniff(doc: Document) -> bool:
+    return doc.data[:4] == _MAGIC and doc.data[-4:] == _MAGIC
 
 
 def _err(message: str, field: str | None = None, status: int = 422, code: str = "bad_parquet") -> ApiError:
@@ -184,18 +185,10 @@ def episode_from_row(rec: Record) -> EpisodeIn:
     return EpisodeIn.model_construct(**fields)
 
 
-def iter_parse(data: bytes, filename: str | None = None):
+def episodes(doc: Document) -> Iterator[Pair]:
     """(line, episode) pairs, one per parquet row (rows have no line number)."""
-    for i, row in enumerate(read_rows(data), start=1):
+    for i, row in enumerate(read_rows(doc.data), start=1):
         yield None, episode_from_row(Record(None, i, row))
-
-
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for line, ep in iter_parse(data, filename):
-        out.episodes.append(ep)
-        out.lines.append(line)
-    return out
 
 
 def write_example(rows: list[dict[str, Any]]) -> bytes:
@@ -206,3 +199,12 @@ def write_example(rows: list[dict[str, Any]]) -> bytes:
     buf = io.BytesIO()
     pq.write_table(pa.Table.from_pylist(rows), buf)
     return buf.getvalue()
+
+
+register_format(
+    name=NAME,
+    description="TRL GRPO completions parquet (step, prompt, completion, <reward functions>, advantage)",
+    priority=3,
+    sniff=sniff,
+    episodes=episodes,
+)

@@ -15,22 +15,18 @@ rollout per line.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import render_messages
-from app.ingest._common import Parsed, Record, as_float, read_records, scalar_meta, short_hash
+from app.ingest._common import Record, as_float, scalar_meta, short_hash
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, content_text
 
-NAME = "verifiers"
-DESCRIPTION = (
-    "verifiers / prime-rl eval results JSONL (prompt, completion as chat messages, reward, example_id)"
-)
-PRIORITY = 30
 
-
-def sniff(data: bytes, first: Any) -> bool:
+def sniff(doc: Document) -> bool:
+    first = doc.first
     return (
         isinstance(first, dict)
         and "prompt" in first
@@ -87,14 +83,12 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     )
 
 
-def iter_parse(data: bytes, filename: str | None = None) -> Iterator[tuple[int | None, EpisodeIn]]:
-    for rec in read_records(data):
-        yield rec.line, episode_from_record(rec)
-
-
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    out = Parsed(NAME)
-    for line, ep in iter_parse(data, filename):
-        out.episodes.append(ep)
-        out.lines.append(line)
-    return out
+register_format(
+    name="verifiers",
+    description=(
+        "verifiers / prime-rl eval results JSONL (prompt, completion as chat messages, reward, example_id)"
+    ),
+    priority=30,
+    sniff=sniff,
+    record=episode_from_record,
+)

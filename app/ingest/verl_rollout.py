@@ -10,21 +10,19 @@ lines around them template (prompt) tokens, and each stretch of policy text is o
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.core.schemas import EpisodeIn
 from app.core.tokenize import tokenize
 from app.ingest._chat import add_text
-from app.ingest._common import Parsed, Record, as_float, parse_records, scalar_meta, short_hash
+from app.ingest._common import Record, as_float, scalar_meta, short_hash
+from app.ingest._document import Document
+from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder
 
 NAME = "verl_rollout"
-DESCRIPTION = "verl rollout_data_dir JSONL (input, output, score, step): text only, re-tokenised"
-PRIORITY = 30
 
 
-def sniff(data: bytes, first: Any) -> bool:
-    return isinstance(first, dict) and "input" in first and "output" in first
+def sniff(doc: Document) -> bool:
+    return isinstance(doc.first, dict) and "input" in doc.first and "output" in doc.first
 
 
 def episode_from_record(rec: Record) -> EpisodeIn:
@@ -50,5 +48,10 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     return b.episode(reward=reward, group=str(obj.get("uid") or short_hash(obj["input"])), meta=meta)
 
 
-def parse(data: bytes, filename: str | None = None) -> Parsed:
-    return parse_records(NAME, data, episode_from_record)
+register_format(
+    name=NAME,
+    description="verl rollout_data_dir JSONL (input, output, score, step): text only, re-tokenised",
+    priority=31,  # after verifiers (30): a record with the keys of both stays verifiers
+    sniff=sniff,
+    record=episode_from_record,
+)

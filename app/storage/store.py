@@ -564,7 +564,7 @@ def load_demo(session: Session, folder: Path | None = None) -> list[CreatedBatch
 
     created = []
     for path in sorted(folder.glob("*.jsonl")):
-        parsed = parse_upload(path.read_bytes(), fmt="native", filename=path.name, source="demo")
+        parsed = parse_upload(path.read_bytes(), fmt="native", source="demo")
         if not parsed.episodes:
             continue
         created.append(

@@ -17,7 +17,7 @@ from app.core.errors import ApiError
 from app.core.schemas import UploadOut
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
-from app.ingest import formats, iter_upload, load_tokenizer
+from app.ingest import FORMATS, iter_upload, load_tokenizer
 from app.storage.db import SessionDep
 from app.storage.store import VISIBILITIES, create_batch_streaming
 
@@ -165,9 +165,7 @@ def ingest(
     visibility = visibility or resolve_visibility(body.visibility, settings)
     tok = body.tokenizer
     decoder = None if tok is None else load_tokenizer(tok, settings.max_tokenizer_bytes)
-    fmt, items = iter_upload(
-        body.data, fmt=body.format, filename=body.filename, tokenizer=decoder, mapping=body.mapping
-    )
+    fmt, items = iter_upload(body.data, fmt=body.format, tokenizer=decoder, mapping=body.mapping)
     created = create_batch_streaming(
         session,
         items,
@@ -240,4 +238,4 @@ async def upload(
 
 @router.get("/api/formats", tags=["uploads"], summary="The upload formats and how they are detected")
 def list_formats() -> list[dict]:
-    return [{"name": n, "description": m.DESCRIPTION} for n, m in formats().items()]
+    return [{"name": f.name, "description": f.description} for f in FORMATS.values()]

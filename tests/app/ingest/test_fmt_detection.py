@@ -1,5 +1,5 @@
 """Format detection reads only the first record(s) and never parses a file twice
-(app/ingest/_common.py ``first_object``; the timing figures are in bench/chat_ingest.py).
+(app/ingest/_document.py ``Document.first``; the timing figures are in bench/chat_ingest.py).
 
 Each check would fail if detection parsed the whole file: the rest of each file is broken JSON,
 which a whole-file parse refuses, yet the format is found from the first record."""
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 
-from app.ingest import detect
-from app.ingest._common import first_object, read_records
+from app.ingest import Document, detect
 from tests.app.svc_helpers import FORMATS
 
 NEMO = (FORMATS / "nemo_gym" / "tau2_synth_example_rollouts.jsonl").read_bytes().strip()
@@ -29,9 +28,18 @@ def test_json_array_detected_from_its_first_element():
 
 
 def test_a_single_document_is_parsed_once():
-    doc = json.dumps({"history": [{"role": "user", "content": "hi"}], "info": {}}).encode()
-    first = first_object(doc)
-    [rec] = read_records(doc)
+    data = json.dumps({"history": [{"role": "user", "content": "hi"}], "info": {}}).encode()
+    doc = Document.of(data)
+    first = doc.first
+    [rec] = doc.records()
     assert rec.obj is first  # the format reads the object detection parsed
-    # A second read parses again (the parse is handed over once, not cached for ever).
-    assert read_records(doc)[0].obj is not first
+    # A second read parses again (the parse is handed over once, not kept for ever).
+    assert next(doc.records()).obj is not first
+    # Each upload has its own document: nothing is shared between two uploads of the same bytes.
+    assert Document.of(data).first is not first
+
+
+def test_a_byte_order_mark_is_dropped_once():
+    data = json.dumps({"tokens": ["a"], "kinds": ["policy"]}).encode()
+    assert Document.of(b"\xef\xbb\xbf" + data).data == data
+    assert detect(b"\xef\xbb\xbf" + data) == "native"

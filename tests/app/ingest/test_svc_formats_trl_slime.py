@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from app.core.tokenize import tokenize
-from app.ingest.trl_parquet import END, write_example
+from app.ingest.trl_completions import END, write_example
 from tests.app.svc_helpers import FORMATS, row_counts
 
 
@@ -322,10 +322,10 @@ def test_formats_are_listed(client):
 
 def test_declared_sizes_over_the_budget_are_413(client, monkeypatch):
     """Checked from the parquet footer / zip directory, before any column or tensor is decoded."""
-    from app.ingest import slime_pt, trl_parquet
+    from app.ingest import slime_pt, trl_completions
 
     before = row_counts(client)
-    monkeypatch.setattr(trl_parquet, "MAX_UNCOMPRESSED_BYTES", 100)
+    monkeypatch.setattr(trl_completions, "MAX_UNCOMPRESSED_BYTES", 100)
     monkeypatch.setattr(slime_pt, "MAX_UNPACKED_BYTES", 1000)
     for name in ("trl_completions.parquet", "slime_train.pt"):
         r = post(client, name, (FORMATS / name).read_bytes())
