@@ -11,6 +11,11 @@ const state = { ...init.view, open: new Set(init.view.open || []), signals: [...
 const stripBox = $("strip");
 let data = null;
 const explicitCritic = new URLSearchParams(location.search).has("critic");
+// A link without `scheme=` opens the episode's default rows (the uploaded advantages and the
+// audit's reference when it has them, app/core/views.py default_rows).
+const explicitSchemes = new URLSearchParams(location.search).has("scheme");
+const AUDIT_ROWS = ["audit_reference", "audit_diff"];
+let firstRender = true;
 let inflight = null;
 
 /** The canonical query string: EpisodeView.query()'s keys and order (init.query_keys). */
@@ -106,6 +111,13 @@ async function load() {
       $("copy-status").textContent = "This episode has no critic values: showing critic = zero.";
       return;
     }
+    // The default rows' audit cannot run on this batch (e.g. too large): show the uploaded row alone.
+    if (!data && !explicitSchemes && err.status === 422 && state.schemes.some((s) => AUDIT_ROWS.includes(s))) {
+      restoreSchemes(state.schemes.filter((s) => !AUDIT_ROWS.includes(s)));
+      await load();
+      showError(`The audit rows are not available here: ${err.describe()}`);
+      return;
+    }
     // A row that cannot run on this episode (e.g. ReMax without baselines): keep the last good
     // view, untick the rows it did not have, and say why next to the controls.
     if (data && err.field === "scheme" && err.status === 422) {
@@ -181,6 +193,18 @@ function marksOf(d) {
   return marks;
 }
 
+/** The first position an error (else a warning) finding names: {position, code, severity} or null. */
+function firstFinding(marks) {
+  for (const sev of ["error", "warning"]) {
+    const hits = [...marks].filter(([, ms]) => ms.some((m) => m.severity === sev)).map(([p]) => p);
+    if (hits.length) {
+      const p = Math.min(...hits);
+      return { position: p, severity: sev, code: marks.get(p).find((m) => m.severity === sev).code };
+    }
+  }
+  return null;
+}
+
 function render() {
   const d = data;
   const ep = d.episode || {};
@@ -229,12 +253,25 @@ function render() {
   renderAuditLegend(rows, marks);
   renderSignalLegend(rows);
   $("legend-off").hidden = !strip.offValues.some((m) => m.size);
+  const flagged = firstRender ? firstFinding(marks) : null;
+  firstRender = false;
   if (state.tok !== null && state.tok !== undefined) strip.scrollToToken(state.tok);
+  else if (flagged) {
+    // Opened without a cursor (a link from the run's episode search): start on the first token
+    // an error or warning names, so the page opens on why the episode was flagged (its tool span open).
+    const k = strip.spanOf[flagged.position];
+    if (k >= 0 && !state.open.has(strip.spans[k].start)) {
+      state.open.add(strip.spans[k].start);
+      strip.setOpen(state.open);
+    }
+    strip.setCursor(flagged.position);
+  }
   overview.setData(d, rows, strip);
   syncOverview();
   jumps = jumpTables(d, rows);
   renderCalls(d, rows, scale);
   renderCallsChart();
+  if (flagged && state.tok === flagged.position) $("overview-status").textContent = `cursor on the first token of the ${flagged.severity} ${flagged.code} (token ${flagged.position})`;
   stripBox.dataset.ready = "1";
   stripBox.dataset.query = query();
   markOpen();

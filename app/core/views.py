@@ -44,6 +44,17 @@ def fmt_num(x: float) -> str:
     return f"{x:.6g}"
 
 
+# The rows an episode opens with when it carries the trainer's own advantages: what the user brought,
+# then the audit's reference and where the two differ (a finding's link opens the same rows).
+UPLOADED_ROWS = ("uploaded", "audit_reference", "audit_diff")
+
+
+def default_rows(have: Collection[str]) -> list[str]:
+    """The rows of a link without ``scheme=`` for an episode with the inputs ``have``: the
+    trainer's advantages and the audit's reference when uploaded, else sc.default_schemes."""
+    return list(UPLOADED_ROWS) if "advantages" in have else sc.default_schemes(have)
+
+
 # The query's keys in canonical order: (key, attribute, kind, gate). Python writes the query from
 # this list and the pages' scripts from the same list (the page state carries it: static/util.js
 # viewPairs), so the two cannot drift. kind: "list" (comma-joined), "num" (fmt_num), "str", "int",
@@ -114,7 +125,7 @@ class EpisodeView:
         view = cls._parse(q, known)
         if inputs is not None:
             if q.get("scheme") is None:
-                view.schemes = sc.default_schemes(inputs(view.critic))
+                view.schemes = default_rows(inputs(view.critic))
             elif q.get("critic") is None and view.needs_critic_fallback(inputs):
                 view.critic = sc.NO_CRITIC
         return view

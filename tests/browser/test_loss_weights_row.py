@@ -67,7 +67,7 @@ def test_the_controls_write_the_url_and_reload(page, slug):
     page.goto(f"/e/{slug}?scheme=uploaded,loss_weights")
     wait_ready(page)
     assert page.evaluate("window.__strip.cellAt(2).findings") == []  # on-policy: nothing clipped
-    page.locator("#schemes-box summary").click()
+    page.locator("#schemes-box > summary").click()
     page.select_option("#agg", "seq-mean-token-sum")
     page.wait_for_function("() => location.search.includes('agg=seq-mean-token-sum')")
     page.wait_for_function(

@@ -54,7 +54,7 @@ def test_the_episode_url_is_the_servers_canonical_query(page, server):
         "&agg=token-sum&rollout_is=none&rollout_is_threshold=0.5_2&open=2,7&tok=3"
     )
     # A real key press on a row box: the page's new URL is again what the server writes for it.
-    page.click("#schemes-box summary")
+    page.click("#schemes-box > summary")
     page.focus('input[name="scheme"][value="loss_weights"]')
     page.keyboard.press("Space")
     page.wait_for_function("() => !location.search.includes('loss=')")

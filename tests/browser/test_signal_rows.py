@@ -239,7 +239,7 @@ def test_ticking_a_signal_adds_its_row_and_writes_the_url(page, slugs):
     page.goto(f"/e/{slugs['short']}?scheme=uploaded")
     wait_ready(page)
     assert page.evaluate("window.__strip.rows.map(r => r.name)") == ["uploaded"]
-    page.click("#schemes-box summary")
+    page.click("#schemes-box > summary")
     page.check('input[name="signal"][value="ratio"]')
     page.check('input[name="signal"][value="kl"]')
     page.wait_for_function("() => window.__strip.rows.map(r => r.name).join() === 'uploaded,ratio,kl'")

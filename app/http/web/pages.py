@@ -19,6 +19,7 @@ from app.core.signals import catalog as signal_catalog
 from app.http.templating import templates
 from app.http.web.internal import api_get
 from app.http.web.preview import batch_og, episode_og, run_og
+from app.http.web.rows import row_groups
 from app.http.web.talk import STEPS, step_or_none
 from app.storage.db import SessionDep
 from app.storage.episodes import episode_inputs_by_slug
@@ -113,6 +114,7 @@ async def episode_page(request: Request, slug: str, session: SessionDep) -> Resp
     nums = {"gamma": st.fmt_num(view.gamma), "lam": st.fmt_num(view.lam)}
     ctx = {"initial": initial, "slug": slug, "view": view, "nums": nums, "task": head[0]}
     ctx["loss_choices"] = LOSS_CHOICES
+    ctx["row_groups"] = row_groups(view.schemes)
     b = session.get(Batch, head[2])
     ref = batch_ref(b) if b is not None else head[2]  # an unlisted batch is linked by its slug
     initial["batch_ref"] = ref

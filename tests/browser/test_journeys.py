@@ -1,0 +1,144 @@
+"""A first-time user's journeys through the pages, with real clicks on a server started with the
+demo data (two 40-step runs from the simulator, one with a tool-token credit bug on steps 18-23,
+app/sim/demo_runs.py): the user's own numbers first, "Rows shown" with a mouse and a keyboard,
+the bug followed from the run page to the token, the home page, ranking, the tokenizer upload,
+narrow and dark screens, and comparing runs by name."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from app.sim import demo_runs
+from tests.browser import browser_data as data
+from tests.browser.browser_util import shot, wait_ready
+from tests.live_server import Server
+from tests.page_probe import PageProbe
+
+pytestmark = pytest.mark.browser
+
+BUGGY = demo_runs.RUNS[1].name
+CLEAN = demo_runs.RUNS[0].name
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> dict:
+    """A real server on a fresh database with the demo data: {base, runs: name -> id}."""
+    tmp = tmp_path_factory.mktemp("demo")
+    with Server(tmp / "demo.db", tmp / "server.log", CREDITLENS_DEMO="1") as srv:
+        runs = httpx.get(f"{srv.base}/api/runs", timeout=60).json()
+        yield {"base": srv.base, "runs": {r["name"]: r["id"] for r in runs}}
+
+
+@pytest.fixture
+def dpage(browser, demo):
+    """A fresh 1400 × 900 page on the demo server, with a probe at ``page.probe``."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900}, base_url=demo["base"])
+    ctx.set_default_timeout(60_000)
+    pg = ctx.new_page()
+    pg.probe = PageProbe(pg)
+    failed: list[str] = []
+    pg.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    pg.failed = failed
+    yield pg
+    ctx.close()
+
+
+def settled(page) -> None:
+    """Wait until the strips show what the URL says (a control's change is debounced)."""
+    page.wait_for_function(
+        "() => { const s = document.getElementById('strip');"
+        " return s.dataset.ready === '1' && s.dataset.query === location.search.slice(1); }"
+    )
+
+
+def flagged_episode_from_run_search(page, run_id: int) -> None:
+    """The run page's episode search, filtered to credit off the policy tokens; "open" on the first."""
+    page.goto(f"/r/{run_id}?nonpolicy_abs_adv_share__gt=0#run-episodes")
+    page.wait_for_selector('#episodes[data-ready="1"]')
+    page.locator("#episodes tbody tr").first.get_by_role("link", name="open").click()
+    wait_ready(page)
+
+
+def test_a_flagged_episode_opens_on_the_uploaded_row_and_the_token_that_was_flagged(dpage, demo):
+    flagged_episode_from_run_search(dpage, demo["runs"][BUGGY])
+    # What the user brought first, then the audit's reference and where the two differ.
+    assert dpage.evaluate("window.__strip.rows.map(r => r.name)") == [
+        "uploaded",
+        "audit_reference",
+        "audit_diff",
+    ]
+    # The cursor is on the first token the warning names: a tool token, its span opened.
+    tok = dpage.evaluate("window.__strip.cursor")
+    cell = dpage.evaluate(f"window.__strip.cellAt({tok})")
+    assert cell["type"] == "tok" and dpage.evaluate(f"window.__strip.data.kinds[{tok}]") == "tool"
+    assert cell["mark"] == "warning" and "credit_on_non_policy_tokens" in cell["findings"]
+    status = dpage.text_content("#overview-status")
+    assert "credit_on_non_policy_tokens" in status and "warning" in status
+    assert f"tok={tok}" in dpage.url
+    assert dpage.probe.errors == [] and dpage.failed == []
+
+
+def test_rows_shown_works_with_a_mouse_a_keyboard_and_a_screen_reader(dpage, demo):
+    flagged_episode_from_run_search(dpage, demo["runs"][BUGGY])
+    dpage.get_by_text("Rows shown").click()
+    # Grouped, each group a named fieldset with its one-line explanation.
+    for group in ("The trainer's", "Audit", "Outcome", "Token", "Turn", "Signals"):
+        assert dpage.get_by_role("group", name=group, exact=True).is_visible()
+    # The boxes that sat under another fieldset take a real mouse click (Playwright refuses a click
+    # that another element would receive).
+    for name in ("returns", "td", "uploaded", "audit_diff", "turn_gae", "grpo"):
+        box = dpage.locator(f'input[name="scheme"][value="{name}"]')
+        before = box.is_checked()
+        box.click()
+        assert box.is_checked() is not before, name
+        settled(dpage)
+    rows = dpage.evaluate("window.__strip.rows.map(r => r.name)")
+    assert rows == ["audit_reference", "returns", "td", "turn_gae", "grpo"]
+    # The trainers' own estimators: collapsed, opened with a click, one ticked; ':' stays in the URL.
+    dialects = dpage.locator("#rows-trainer-dialects")
+    assert dialects.get_attribute("open") is None
+    dialects.locator("summary").click()
+    first = dialects.locator('input[name="scheme"]').first
+    name = first.get_attribute("value")
+    first.click()
+    settled(dpage)
+    assert f",{name}&" in dpage.url and ":" in name
+    # Keyboard: Tab from one box reaches the next, Space ticks it.
+    dpage.locator('input[name="scheme"][value="returns"]').focus()
+    dpage.keyboard.press("Tab")
+    assert dpage.evaluate("document.activeElement.value") == "td"
+    dpage.keyboard.press("Space")
+    settled(dpage)
+    assert "td" not in dpage.evaluate("window.__strip.rows.map(r => r.name)")
+    # A screen reader reads each box by its label.
+    assert dpage.get_by_role("checkbox", name=re.compile(r"^returns-to-go returns$")).is_checked()
+    shot(dpage, "journey-rows-shown")
+    assert dpage.probe.errors == [] and dpage.probe.csp_violations() == []
+
+
+def test_an_upload_with_advantages_opens_on_them(page, server):
+    ep = {
+        **data.handbuilt(),
+        "advantages": [0.7 if k == "policy" else 0.0 for k in data.handbuilt()["kinds"]],
+    }
+    slug = httpx.post(
+        f"{server}/api/uploads",
+        files={"file": ("adv.jsonl", data.jsonl([ep]), "application/x-ndjson")},
+        timeout=60,
+    ).json()["episodes"][0]["slug"]
+    page.goto(f"/e/{slug}")
+    wait_ready(page)
+    assert page.evaluate("window.__strip.rows.map(r => r.name)")[0] == "uploaded"
+    assert page.evaluate("window.__strip.cellAt(0).rows[0].value") == pytest.approx(0.7)
+    # Without advantages: the reference rows, as before.
+    plain = httpx.post(
+        f"{server}/api/uploads",
+        files={"file": ("plain.jsonl", data.jsonl([data.handbuilt()]), "application/x-ndjson")},
+        timeout=60,
+    ).json()["episodes"][0]["slug"]
+    page.goto(f"/e/{plain}")
+    wait_ready(page)
+    assert page.evaluate("window.__strip.rows.map(r => r.name)") == ["outcome", "token_gae", "turn_gae"]
