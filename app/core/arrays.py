@@ -19,7 +19,7 @@ import numpy as np
 from app.core import domain
 from app.core.domain import KIND_CODES, KIND_NAMES, POLICY
 from app.core.packing import pack, pack_text, unpack
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 
 try:  # orjson is several times faster for the big token lists; json is the fallback.
     import orjson
@@ -50,9 +50,9 @@ def kind_codes(kinds: Sequence[str]) -> np.ndarray:
     return np.frombuffer(bytes(map(KIND_CODES.__getitem__, kinds)), dtype=np.uint8)
 
 
-def kind_names(codes: np.ndarray) -> list[str]:
+def kind_names(codes: np.ndarray) -> list[Kind]:
     """[T] kind names of uint8 codes."""
-    names: list[str] = _KIND_NAMES[codes].tolist()
+    names: list[Kind] = _KIND_NAMES[codes].tolist()
     return names
 
 
