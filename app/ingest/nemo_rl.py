@@ -30,6 +30,7 @@ from app.ingest._common import (
 from app.ingest._document import Document
 from app.ingest._registry import register_format
 from app.ingest._tokenizer import TokenDecoder
+from creditlens.keys import NEMO_RL, first_key
 
 NAME = "nemo_rl"
 
@@ -45,28 +46,34 @@ def _int_list(value: Any, rec: Record, name: str) -> list[int]:
     return [int(v) for v in value]
 
 
+def _key(obj: dict[str, Any], field: str) -> str:
+    """NeMo-RL's key for ``field`` (creditlens.keys.NEMO_RL) that the record has, else the first."""
+    return first_key(NEMO_RL, field, obj) or NEMO_RL[field][0]
+
+
 def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> EpisodeIn:
     obj = rec.obj
     if not isinstance(obj, dict):
         raise rec.error("wrong_type", "expected a JSON object with `token_ids` and `token_loss_mask`.")
-    ids = _int_list(obj.get("token_ids"), rec, "token_ids")
-    mask = _int_list(obj.get("token_loss_mask"), rec, "token_loss_mask")
+    ids_key, mask_key, len_key = _key(obj, "token_ids"), _key(obj, "loss_mask"), _key(obj, "length")
+    ids = _int_list(obj.get(ids_key), rec, ids_key)
+    mask = _int_list(obj.get(mask_key), rec, mask_key)
     n = len(ids)
     if len(mask) != n:
         raise rec.error(
             "length_mismatch",
-            f"field `token_loss_mask` has {len(mask)} entries but `token_ids` has {n}.",
-            "token_loss_mask",
+            f"field `{mask_key}` has {len(mask)} entries but `{ids_key}` has {n}.",
+            mask_key,
         )
-    length = obj.get("input_lengths")
+    length = obj.get(len_key)
     if isinstance(length, list) and len(length) == 1:
         length = length[0]
     if length is not None:
         if not isinstance(length, int) or not 0 < length <= n:
             raise rec.error(
                 "wrong_type",
-                f"field `input_lengths` is {length!r}; expected an integer in 1..{n}.",
-                "input_lengths",
+                f"field `{len_key}` is {length!r}; expected an integer in 1..{n}.",
+                len_key,
             )
         n = length
     ids, mask = ids[:n], mask[:n]
@@ -81,29 +88,28 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
     else:
         tokens = [id_token(i) for i in ids]
 
-    def per_token(name: str) -> list[float] | None:
+    def per_token(field: str) -> list[float] | None:
+        name = _key(obj, field)
         v = obj.get(name)
         if v is None:
             return None
-        return float_list(v[:n] if isinstance(v, list) and len(v) >= n else v, rec, name, n, "token_ids")
+        return float_list(v[:n] if isinstance(v, list) and len(v) >= n else v, rec, name, n, ids_key)
 
-    rewards_field = obj.get("rewards", obj.get("reward"))
+    reward_key = _key(obj, "reward")
+    rewards_field = obj.get(reward_key)
     reward = rewards = None
     if isinstance(rewards_field, list) and len(rewards_field) == 1:
         rewards_field = rewards_field[0]
     if isinstance(rewards_field, list):
-        rewards = per_token("rewards")
+        rewards = per_token("reward")
     else:
-        reward = as_float(rewards_field, rec, "rewards")
+        reward = as_float(rewards_field, rec, reward_key)
     # With both, the training policy's are `logprobs` and the engine's (vLLM) `rollout_logprobs`:
-    # their ratio is the rollout/training mismatch.
-    logprobs = (
-        per_token("generation_logprobs") if "generation_logprobs" in obj else per_token("prev_logprobs")
-    )
-    rollout_logprobs = None
-    if "generation_logprobs" in obj and "prev_logprobs" in obj:
-        logprobs, rollout_logprobs = per_token("prev_logprobs"), logprobs
-    meta = scalar_meta(obj, {"rewards", "reward", "input_lengths", "group", "idx"})
+    # their ratio is the rollout/training mismatch. With one of them, it is `logprobs`.
+    logprobs, rollout_logprobs = per_token("logprobs"), per_token("rollout_logprobs")
+    if logprobs is None:
+        logprobs, rollout_logprobs = rollout_logprobs, None
+    meta = scalar_meta(obj, {*NEMO_RL["reward"], *NEMO_RL["length"], *NEMO_RL["group"]})
     if isinstance(obj.get("content"), (list, str)):
         meta["content"] = obj["content"]
     meta["source"] = f"upload:{NAME}"
@@ -111,7 +117,7 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
         meta["special_tokens"] = special
     kinds = mask_kinds(mask)
     first_policy = kinds.index("policy") if "policy" in kinds else n
-    group = obj.get("group", obj.get("idx"))
+    group = obj.get(_key(obj, "group"))
     if group is None:
         group = short_hash(",".join(map(str, ids[:first_policy])))
     return EpisodeIn.model_construct(
@@ -122,7 +128,7 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
         values=per_token("values"),
         logprobs=logprobs,
         advantages=per_token("advantages"),
-        ref_logprobs=per_token("reference_policy_logprobs"),
+        ref_logprobs=per_token("ref_logprobs"),
         rollout_logprobs=rollout_logprobs,
         entropy=None,
         token_ids=ids,

@@ -44,6 +44,7 @@ from app.ingest._damage import torch_load_damage
 from app.ingest._document import Document
 from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
+from creditlens.keys import SLIME, first_key
 
 NAME = "slime_pt"
 
@@ -129,12 +130,11 @@ def _samples(obj: Any) -> list[Any]:
 _PER_SAMPLE = {"tokens", "response_lengths", "loss_masks", "rewards", "advantages", "log_probs"}
 
 
-def _get(s: dict, *names: str) -> tuple[str, Any]:
-    """(the name present, its value) for the first of ``names`` the sample has, else (names[0], None)."""
-    for n in names:
-        if n in s and s[n] is not None:
-            return n, s[n]
-    return names[0], None
+def _get(s: dict[str, Any], field: str) -> tuple[str, Any]:
+    """(the key present, its value) for the first of slime's keys for ``field`` (the table
+    creditlens.keys.SLIME) the sample has, else (the first key, None)."""
+    key = first_key(SLIME, field, s)
+    return (SLIME[field][0], None) if key is None else (key, s[key])
 
 
 def _ints(value: Any, rec: Record, name: str) -> list[int]:
@@ -232,10 +232,11 @@ def episode_from_sample(
     s = rec.obj
     if not isinstance(s, dict):
         raise rec.error("wrong_type", f"each sample must be a dict, got {type(s).__name__}.")
-    if s.get("tokens") is None:
-        raise rec.error("missing_field", "required field `tokens` is missing.", "tokens")
-    ids = _ints(s["tokens"], rec, "tokens")
-    rl_name, rlen = _get(s, "response_length", "response_lengths")
+    t_name, raw_ids = _get(s, "tokens")
+    if raw_ids is None:
+        raise rec.error("missing_field", f"required field `{t_name}` is missing.", t_name)
+    ids = _ints(raw_ids, rec, t_name)
+    rl_name, rlen = _get(s, "response_length")
     if rlen is None:
         raise rec.error("missing_field", "required field `response_length` is missing.", "response_length")
     rlen = _scalar(rlen, rec, rl_name)
@@ -247,7 +248,7 @@ def episode_from_sample(
         )
     R = int(rlen)
     P = len(ids) - R
-    m_name, mask = _get(s, "loss_mask", "loss_masks")
+    m_name, mask = _get(s, "loss_mask")
     mask = [1] * R if mask is None else [int(x) for x in _floats(mask, rec, m_name, R)]
     kinds = ["prompt"] * P + ["policy" if x else "tool" for x in mask]
     if P == 0:  # no prompt: zeros before the first policy token are the prompt after all
@@ -276,24 +277,16 @@ def episode_from_sample(
     if raw_reward is not None and isinstance(pos, int) and 0 <= pos < len(raw_reward):
         fields["reward"] = _scalar(raw_reward[pos], rec, "raw_reward")
     else:
-        r_name, r = _get(s, "reward", "rewards")
+        r_name, r = _get(s, "reward")
         fields["reward"] = _scalar(r, rec, r_name)
-    lp_name, lp = _get(s, "log_probs", "rollout_log_probs")
+    lp_name, lp = _get(s, "logprobs")
     if lp is not None:
         fields["logprobs"] = pad + _floats(lp, rec, lp_name, R)
-    for name, keys in (
-        ("rollout_logprobs", ("rollout_log_probs",)),
-        ("ref_logprobs", ("ref_log_probs", "ref_log_prob")),
-        ("entropy", ("entropy", "entropys")),
-    ):
-        key, v = _get(s, *keys)
+    for name in ("rollout_logprobs", "ref_logprobs", "entropy", "values", "advantages"):
+        key, v = _get(s, name)
         # Rollout log-probs standing in for `logprobs` (a rollout dump) are not a second signal.
         if v is not None and not (name == "rollout_logprobs" and lp_name == key):
             fields[name] = pad + _floats(v, rec, key, R)
-    if s.get("values") is not None:
-        fields["values"] = pad + _floats(s["values"], rec, "values", R)
-    if s.get("advantages") is not None:
-        fields["advantages"] = pad + _floats(s["advantages"], rec, "advantages", R)
     meta = fields["meta"]
     if special:
         meta["special_tokens"] = special
@@ -305,7 +298,7 @@ def episode_from_sample(
         meta["step"] = step
     # Cut off at the length limit (slime's Status.TRUNCATED; the train dump's `truncated` column).
     fields["truncated"] = s.get("status") == "truncated" or s.get("truncated") in (1, True)
-    group = s.get("group_index")
+    group = _get(s, "group")[1]
     fields["group"] = str(group) if isinstance(group, (int, str)) else short_hash(",".join(map(str, ids[:P])))
     return EpisodeIn.model_construct(**fields)
 

@@ -83,3 +83,49 @@ def test_trl_grpo_trainer_is_tracked(server, tmp_path):
             assert len(set(adv[n_prompt:])) == 1
         a0, a1 = (e.advantages[-1] for e in eps)
         assert a0 < 0 < a1 and a0 == pytest.approx(-a1, rel=1e-4)
+
+
+@pytest.mark.verl
+def test_verl_adapter_reads_the_keys_the_importer_reads(server):
+    """The adapter and the server's verl_pt importer read one key table (creditlens.keys): an
+    actor-style DataProto with `old_log_prob`, `token_level_scores` (no `token_level_rewards`),
+    `values` and `returns` gives the same episodes logged live as saved with torch.save."""
+    pytest.importorskip("verl.protocol")
+    import io
+
+    from creditlens.adapters.verl import log_dataproto
+
+    tok = byte_level_tokenizer()
+    vb = verl_dataproto(tok)
+    t = vb.data.batch
+    B, R = t["responses"].shape
+    gen = torch.Generator().manual_seed(0)
+    extra = {
+        "old_log_prob": -torch.rand(B, R, generator=gen, dtype=torch.float64),
+        "token_level_scores": t["token_level_rewards"].double(),
+        "values": torch.rand(B, R, generator=gen, dtype=torch.float64),
+        "returns": torch.rand(B, R, generator=gen, dtype=torch.float64),
+    }
+    for key in ("old_log_probs", "token_level_rewards"):
+        t.pop(key)
+    for key, value in extra.items():
+        t[key] = value
+    with Client(server.url, strict=True) as c:
+        run = c.run("verl-keys")
+        log_dataproto(run, 1, vb.data, tok)
+        assert run.flush(timeout=60) and run.sent == 1
+    fmt, body = server.steps[(1, 1)]
+    live = parse_upload(body, fmt).episodes
+    buf = io.BytesIO()
+    torch.save({**{k: t[k] for k in t.keys()}, "uid": [str(u) for u in vb.uid]}, buf)
+    saved = parse_upload(buf.getvalue(), "verl_pt").episodes
+    assert len(live) == len(saved) == B
+    for a, b in zip(live, saved, strict=True):
+        assert a.kinds == b.kinds and a.group == b.group
+        n_p = a.kinds.count("prompt")
+        # float32 on the wire, float64 in the torch file: equal to float32 precision
+        for name in ("logprobs", "rewards", "values"):
+            np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-6, atol=1e-7)
+            assert getattr(a, name)[:n_p] == [0.0] * n_p
+        assert a.meta["returns"] == b.meta["returns"]  # float64 in meta both ways: exact
+        assert len(a.meta["returns"]) == len(a.tokens)

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from creditlens.keys import TRL, first_key
+
 __all__ = ["track"]
 
 
@@ -65,13 +67,19 @@ def track(trainer: Any, run: Any, tokenizer: Any = None) -> Any:
     return trainer
 
 
-def _log(trainer: Any, run: Any, out: dict, rewards_per_func: Any, tok: Any, torch: Any) -> None:
-    prompt_ids, prompt_mask = out["prompt_ids"], out["prompt_mask"]
-    completion_ids, completion_mask = out["completion_ids"], out["completion_mask"]
+def _get(out: dict[str, Any], field: str) -> Any:
+    """The tensor of ``field`` (a name of creditlens.keys.TRL) in TRL's batch, or None."""
+    key = first_key(TRL, field, out)
+    return None if key is None else out[key]
+
+
+def _log(trainer: Any, run: Any, out: dict[str, Any], rewards_per_func: Any, tok: Any, torch: Any) -> None:
+    prompt_ids, prompt_mask = _get(out, "prompt_ids"), _get(out, "prompt_mask")
+    completion_ids, completion_mask = _get(out, "completion_ids"), _get(out, "completion_mask")
     B, P = prompt_ids.shape
     C = completion_ids.shape[1]
     policy = completion_mask.bool()
-    tool_mask = out.get("tool_mask")
+    tool_mask = _get(out, "tool_mask")
     # Codes of creditlens.wire: 0 prompt, 1 policy, 2 tool, 255 padding.
     comp_kinds = torch.full((B, C), 255, dtype=torch.uint8, device=completion_ids.device)
     comp_kinds[policy] = 1
@@ -84,10 +92,10 @@ def _log(trainer: Any, run: Any, out: dict, rewards_per_func: Any, tok: Any, tor
     def per_token(t: Any) -> Any:
         return None if t is None else torch.cat([t.new_zeros((B, P)), t.detach().float()], dim=1)
 
-    rollout = out.get("sampling_per_token_logps")
+    rollout = _get(out, "rollout_logprobs")
     if rollout is not None and torch.isnan(rollout[policy]).any():
         rollout = None  # vLLM could not score some token: no rollout log-probs rather than a refused step
-    adv = out["advantages"].detach().float()
+    adv = _get(out, "advantages").detach().float()
     advantages = torch.cat([adv.new_zeros((B, P)), (comp_kinds == 1).float() * adv.unsqueeze(1)], dim=1)
     reward = None
     offset = trainer.accelerator.process_index * B
@@ -103,8 +111,8 @@ def _log(trainer: Any, run: Any, out: dict, rewards_per_func: Any, tok: Any, tor
         kinds=kinds,
         reward=reward,
         advantages=advantages,
-        logprobs=per_token(out.get("old_per_token_logps")),
-        ref_logprobs=per_token(out.get("ref_per_token_logps")),
+        logprobs=per_token(_get(out, "logprobs")),
+        ref_logprobs=per_token(_get(out, "ref_logprobs")),
         rollout_logprobs=per_token(rollout),
         groups=groups,
         tokenizer=tok,
