@@ -83,6 +83,11 @@ class UploadOut(BaseModel):
     visibility: Literal["public", "unlisted"]
     url: str = Field(description="the batch's page (by slug when unlisted: its id answers 404)")
     api_url: str
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what the reader noted: roles kept as prompt, rewards not found (and the keys "
+        "looked at), records skipped",
+    )
 
 
 class EpisodeOut(EpisodeIn):

@@ -18,6 +18,7 @@ from app.core.schemas import UploadOut
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
 from app.ingest import FORMATS, iter_upload, load_tokenizer
+from app.ingest._notes import collecting
 from app.storage.db import SessionDep
 from app.storage.store import VISIBILITIES, create_batch_streaming
 
@@ -165,21 +166,23 @@ def ingest(
     visibility = visibility or resolve_visibility(body.visibility, settings)
     tok = body.tokenizer
     decoder = None if tok is None else load_tokenizer(tok, settings.max_tokenizer_bytes)
-    fmt, items = iter_upload(body.data, fmt=body.format, tokenizer=decoder, mapping=body.mapping)
-    created = create_batch_streaming(
-        session,
-        items,
-        name=body.name or default_name or body.filename or f"upload ({fmt})",
-        source=f"{'upload' if run_id is None else 'run'}:{fmt}",
-        meta={"format": fmt, "filename": body.filename}
-        | ({"mapping": json.loads(body.mapping)} if fmt == "mapped" and body.mapping else {}),
-        settings=settings,
-        run_id=run_id,
-        step=step,
-        visibility=visibility,
-        keep=keep,
-    )
+    with collecting() as warnings:  # what the reader noted (app/ingest/_notes.py)
+        fmt, items = iter_upload(body.data, fmt=body.format, tokenizer=decoder, mapping=body.mapping)
+        created = create_batch_streaming(
+            session,
+            items,
+            name=body.name or default_name or body.filename or f"upload ({fmt})",
+            source=f"{'upload' if run_id is None else 'run'}:{fmt}",
+            meta={"format": fmt, "filename": body.filename}
+            | ({"mapping": json.loads(body.mapping)} if fmt == "mapped" and body.mapping else {}),
+            settings=settings,
+            run_id=run_id,
+            step=step,
+            visibility=visibility,
+            keep=keep,
+        )
     out = created.model_dump()
+    out["warnings"] = warnings
     if run_id is None:
         out.pop("n_episodes_seen")
     return out

@@ -1,4 +1,4 @@
-"""When nothing fits: the 422 lists the fields it saw and shows a mapping; ``mapping=`` reads the
+"""When nothing fits: the 422 shows the record's tree and proposes a mapping; ``mapping=`` reads the
 records through it. Hand-written records of shapes no format knows (keys renamed, nested
 rewards), through the real POST /api/uploads."""
 
@@ -44,21 +44,66 @@ def _jsonl(rows):
     return "".join(json.dumps(r) + "\n" for r in rows)
 
 
-def test_unknown_format_lists_fields_and_a_mapping(client):
-    r = upload(client, "odd.jsonl", _jsonl(_rows()))
+def _odd_rows():
+    """Records no reader knows: the speaker and the text under keys of their own."""
+    return [
+        {
+            "utterances": [
+                {"speaker_name": "me", "utterance": "what is the weather in Paris today?"},
+                {"speaker_name": "bot", "utterance": "it is twenty degrees and sunny."},
+                {"speaker_name": "me", "utterance": "thanks"},
+            ],
+            "eval": {"passed": 1.0},
+            "prompt_uid": "p1",
+        }
+    ]
+
+
+def test_unknown_format_shows_the_tree_and_proposes_a_mapping(client):
+    r = upload(client, "odd.jsonl", _jsonl(_odd_rows()))
     assert r.status_code == 422
     err = r.json()["error"]
     assert err["code"] == "unknown_format" and err["line"] == 1
     msg = err["message"]
     for seen in (
-        "`dialog` (list of 5 messages)",
-        "`eval` (object)",
-        "`eval.passed` (number)",
-        "`prompt_uid` (text)",
+        "utterances: list of 3 objects",
+        "utterances[].speaker_name: text",
+        "eval.passed: number",
+        "prompt_uid: text",
     ):
         assert seen in msg
-    assert 'mapping={"messages": "dialog", "reward": "eval.passed"}' in msg
+    proposed = {
+        "messages": "utterances",
+        "role": "speaker_name",
+        "content": "utterance",
+        "reward": "eval.passed",
+    }
+    assert f"Proposed mapping={json.dumps(proposed)}" in msg
     assert row_counts(client) == (0, 0)
+    # The proposal, sent back as it is (the upload page's one click), reads the file.
+    r = upload(client, "odd.jsonl", _jsonl(_odd_rows()), mapping=json.dumps(proposed))
+    assert r.status_code == 201, r.text
+    assert r.json()["warnings"] == [
+        "role `me` is not in the role table (2 messages); kept as prompt (shown, given no credit)."
+    ]
+    ep = client.get(f"/api/episodes/{r.json()['episodes'][0]['slug']}").json()
+    assert text(ep, "policy").startswith("it is twenty degrees") and ep["reward"] == 1.0
+
+
+def test_mapping_paths_into_lists_of_steps(client):
+    rows = [
+        {
+            "goal": "reach the door",
+            "steps": [{"act": "go north", "obs": "a wall"}, {"act": "go east", "obs": "the door"}],
+            "r": {"value": "C"},
+        }
+    ]
+    m = {"prompt": "goal", "response": "steps[].act", "observation": "steps[].obs", "reward": "r"}
+    _, [ep] = stored(client, "steps.jsonl", _jsonl(rows), mapping=json.dumps(m))
+    assert text(ep, "tool") == "a wallthe door"
+    assert len(set(pick(ep, "policy", "turn_ids"))) == 2
+    assert ep["reward"] == 1.0  # Inspect's "C" read as the structural reader reads it
+    assert "reach the door" in text(ep, "prompt")
 
 
 def test_mapping_query_reads_the_records(client):

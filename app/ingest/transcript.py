@@ -1,0 +1,193 @@
+"""Any transcript, found by its shape: the catch-all after every dedicated format.
+
+An agent framework's, an evaluation harness's or a trainer's file that no dedicated format claims
+is read by the structural reader (app/ingest/_structure.py) from any container
+(app/ingest/_containers.py: JSON, JSONL, an object holding a list of records, a zip of JSON such as
+Inspect AI's ``.eval``, gzip):
+
+* a record's messages are found by shape under any key or at the top (a bare list of messages, a
+  list of message lists, JSONL of messages), in any of the common message shapes, roles by the
+  one role table (app/ingest/_roles.py);
+* a list of records holding transcripts (``samples``, ``simulations``, ``episodes``, …) is one
+  episode per record;
+* reward and group by name (``reward``, ``score``, ``success``, Inspect's scores, …; ``task_id``,
+  ``instance_id``, …); no reward: ``reward: null`` and the answer's ``warnings`` name the keys
+  looked at. Roles outside the table, and records skipped (error lines, transcripts without a
+  model turn, when others have one), are warnings too;
+* a file that is not episodes (a metrics log, an evaluation summary, an event stream) is a 422
+  ``not_episodes`` that says what it looks like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from app.core.errors import ApiError
+from app.ingest import _notes
+from app.ingest._common import Record
+from app.ingest._containers import first_record, is_gzip, is_torch_zip, json_members, records
+from app.ingest._document import Document
+from app.ingest._registry import Pair, register_format
+from app.ingest._structure import (
+    Plan,
+    build_episode,
+    episode_records,
+    item_shape,
+    plan_of,
+    reward_keys_looked_at,
+)
+from app.ingest._tokenizer import TokenDecoder
+
+NAME = "transcript"
+SOURCE = f"upload:{NAME}"
+
+
+def _is_message_record(obj: Any) -> bool:
+    """A record that is one message of a transcript spread over the file (JSONL of messages, a
+    bare JSON array of messages)."""
+    if item_shape(obj) is None:
+        return False
+    plan = plan_of(obj)
+    return plan is None or plan.parts == [()]
+
+
+def sniff(doc: Document) -> bool:
+    if is_gzip(doc.data):
+        return True
+    if doc.is_zip:
+        names = doc.zip_names
+        return names is not None and not is_torch_zip(names) and bool(json_members(names))
+    first = doc.first
+    if first is None:
+        return False
+    return _is_message_record(first) or plan_of(first) is not None or _notes.describe(first) is not None
+
+
+def _not_episodes(message: str) -> ApiError:
+    return ApiError(422, "not_episodes", message[:1].upper() + message[1:])
+
+
+class _Plans:
+    """The plan of each record, computed once per set of top-level keys (every line of a file is
+    usually the same shape)."""
+
+    def __init__(self) -> None:
+        self.by_keys: dict[tuple[str, ...], Plan | None] = {}
+
+    def of(self, obj: Any) -> Plan | None:
+        if not isinstance(obj, dict):
+            return plan_of(obj)
+        key = tuple(obj)
+        if key not in self.by_keys:
+            self.by_keys[key] = plan_of(obj)
+        return self.by_keys[key]
+
+
+def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
+    """One episode per transcript of the upload (module docstring)."""
+    it = records(doc)
+    head = next(it, None)
+    if head is None:
+        raise ApiError(422, "empty_upload", "the upload holds no records.")
+    first_rec, _ = head
+    if _is_message_record(first_rec.obj):
+        yield from _one_transcript(first_rec, it)
+        return
+    plans = _Plans()
+    n = 0
+    problems: list[str] = []
+    skipped_errors = 0
+    missing_reward = 0
+    unknown: dict[str, int] = {}
+    for rec, member in _chain(head, it):
+        plan = plans.of(rec.obj)
+        if plan is None:
+            described = _notes.describe(rec.obj)
+            if _notes.is_error_record(rec.obj):
+                skipped_errors += 1
+                continue
+            if n == 0 and described is not None and rec is first_rec:
+                lines = doc.data.count(b"\n") + (0 if doc.data.endswith(b"\n") else 1)
+                raise _not_episodes(_notes.describe(rec.obj, lines if not doc.is_zip else None) or described)
+            problems.append(
+                f"{_where(rec, member)}: no list of messages found (the record's keys: "
+                + ", ".join(f"`{k}`" for k in list(rec.obj)[:8])
+                + ")"
+                if isinstance(rec.obj, dict)
+                else f"{_where(rec, member)}: a {type(rec.obj).__name__}, not a record"
+            )
+            continue
+        for obj, where in episode_records(rec.obj, plan):
+            built = build_episode(obj, plan.parts, where, SOURCE, plan.texts)
+            for role, count in built.unknown_roles.items():
+                unknown[role] = unknown.get(role, 0) + count
+            if built.episode is None:
+                problems.append(f"{_where(rec, member)}{' ' + where if where else ''}: {built.problem}")
+                continue
+            n += 1
+            missing_reward += built.reward_missing
+            if member:
+                built.episode.meta.setdefault("file", member)
+            yield rec.line, built.episode
+    if n == 0:
+        if problems:
+            raise ApiError(422, "no_episodes", "no episode in the upload: " + "; ".join(problems[:3]) + ".")
+        raise _not_episodes(
+            f"every record ({skipped_errors}) is an error report, not an episode."
+            if skipped_errors
+            else "the upload holds no transcript."
+        )
+    _warn_all(unknown, missing_reward, n, problems, skipped_errors)
+
+
+def _chain(head: tuple[Record, str], rest: Iterator[tuple[Record, str]]) -> Iterator[tuple[Record, str]]:
+    yield head
+    yield from rest
+
+
+def _where(rec: Record, member: str) -> str:
+    parts = [member] if member else []
+    if rec.line is not None:
+        parts.append(f"line {rec.line}")
+    parts.append(f"record {rec.episode}")
+    return ", ".join(parts)
+
+
+def _warn_all(unknown: dict[str, int], missing: int, n: int, problems: list[str], errors: int) -> None:
+    _notes.unknown_roles(unknown)
+    if missing:
+        _notes.warn(
+            f"{missing} of {n} episodes have no reward (stored with reward null); looked at: "
+            + reward_keys_looked_at()
+            + '. Map the reward with mapping={"reward": "<path>"} if it is elsewhere.'
+        )
+    if problems:
+        _notes.warn(f"{len(problems)} records skipped: " + "; ".join(problems[:3]))
+    if errors:
+        _notes.warn(f"{errors} lines are error reports, not episodes; skipped.")
+
+
+def _one_transcript(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator[Pair]:
+    """A file whose records are the messages of one transcript."""
+    items = [first.obj, *(r.obj for r, _ in rest)]
+    built = build_episode(items, [()], "", SOURCE)
+    if built.episode is None:
+        raise ApiError(422, "no_policy_tokens", f"{built.problem}")
+    _warn_all(built.unknown_roles, int(built.reward_missing), 1, [], 0)
+    yield first.line, built.episode
+
+
+def first_of(doc: Document) -> Any:
+    """The first record of any container (for the 422 when nothing reads the upload)."""
+    return first_record(doc)
+
+
+register_format(
+    name=NAME,
+    description="any transcript found by shape (messages under any key, ShareGPT, Gemini parts, "
+    "Anthropic blocks, Responses items, action/observation steps; Inspect .eval zips, gzip)",
+    priority=90,
+    sniff=sniff,
+    episodes=episodes,
+)
