@@ -26,8 +26,8 @@ class Seen:
     (the reference estimator with the same gamma and lambda; None when the dialect names none)."""
 
     b: Batch
-    dialect: Tensor  # [B, T] the best match's advantages
-    reference: Tensor | None  # [B, T] the reference estimator's, or None
+    dialect: Tensor  # [B, T] the best match's raw advantages (returns - values for a critic dialect)
+    reference: Tensor | None  # [B, T] the reference estimator's (same gamma and lambda), or None
 
 
 @dataclass(frozen=True)

@@ -109,9 +109,10 @@ def _screen(b: Batch, rows: Tensor, spec: EstimatorSpec, gamma: float, lam: floa
     return min(direct, float((yc - a * xc).abs().max()))
 
 
-def candidates(b: Batch, rows: Tensor) -> tuple[list[Cand], int]:
-    """(the dialects' whole-batch candidates worth keeping, configurations scored)."""
-    specs = [s for s in available().values() if s.trainer is not None]
+def candidates(b: Batch, rows: Tensor, trainer: str | None = None) -> tuple[list[Cand], int]:
+    """(the dialects' whole-batch candidates worth keeping, configurations scored): ``trainer``'s
+    dialects, or every trainer's when None."""
+    specs = [s for s in available().values() if s.trainer is not None and trainer in (None, s.trainer)]
     out: list[Cand] = []
     searched = 0
     screened: list[tuple[float, EstimatorSpec, float, float]] = []
@@ -149,14 +150,18 @@ def departures(b: Batch, pick: Cand | None) -> list[tuple[Departure, str, Tensor
     if pick is None or pick.params.get("trainer") is None or pick.ref is None:
         return []
     spec = get(pick.scheme)
+    inp = _inp(b, float(pick.params.get("gamma", 1.0)), float(pick.params.get("lam", 1.0)))
     ref = None
-    if spec.reference is not None:
-        inp = _inp(b, float(pick.params.get("gamma", 1.0)), float(pick.params.get("lam", 1.0)))
-        rspec = get(spec.reference)
-        if not rspec.missing(inp):
-            with torch.no_grad():
-                ref = torch.where(b.pol, rspec.fn(inp, **rspec.params).advantages.double(), 0.0)
-    seen = Seen(b=b, dialect=pick.ref, reference=ref)
+    with torch.no_grad():
+        res = spec.fn(inp, **spec.params)
+        if spec.reference is not None and not get(spec.reference).missing(inp):
+            rspec = get(spec.reference)
+            ref = torch.where(b.pol, rspec.fn(inp, **rspec.params).advantages.double(), 0.0)
+    # Compared before any whitening: a critic dialect's raw advantages are its returns minus the values.
+    mine = res.advantages.double()
+    if res.value_targets is not None and b.v is not None:
+        mine = res.value_targets.double() - b.v
+    seen = Seen(b=b, dialect=torch.where(b.pol, mine, 0.0), reference=ref)
     who = f"{spec.label} ({spec.trainer} {spec.version})"
     out = []
     for code in spec.departs:

@@ -80,6 +80,18 @@ def screen(b: Batch, configs: list[tuple[str, dict[str, Any]]]) -> list[tuple[fl
     return out
 
 
+def _pick(pool: list[Cand], trainer: str | None) -> tuple[Cand | None, list[Cand]]:
+    """(the best match or None, the trainers' dialects that match as well): among the matches within
+    TIE of the best, the fewest deviations (the named trainer's dialect first)."""
+    found = [c for c in pool if matches(c)]
+    if not found:
+        return None, []
+    top = min(c.max_abs for c in found)
+    near = [c for c in found if c.max_abs <= top + TIE]
+    pick = min(near, key=lambda c: (deviations(c.params) + rank(c, trainer), c.max_abs))
+    return pick, [c for c in near if c is not pick and c.params.get("trainer") is not None]
+
+
 def _closest(pool: list[Cand], trainer: str | None) -> Cand:
     """The candidate most tokens agree with, then the smallest worst diff (float32 trainers' ties
     within TIE are equal), then the fewest deviations (the named trainer's dialect first)."""
@@ -128,18 +140,15 @@ def search(b: Batch, trainer: str | None = None) -> Search:
             whs = tuple(w for w, r in (("none", d), ("batch", f)) if r <= cut) or ("batch",)
             pool += one_factor(full_token(b, scheme, p, whs))
 
-    dialects, n = dialect_candidates(b, screen_rows(b))
-    pool += dialects
-    searched += n
-
-    found = [c for c in pool if matches(c)]
-    pick: Cand | None = None
-    also: list[Cand] = []
-    if found:
-        top = min(c.max_abs for c in found)
-        near = [c for c in found if c.max_abs <= top + TIE]
-        pick = min(near, key=lambda c: (deviations(c.params) + rank(c, trainer), c.max_abs))
-        also = [c for c in near if c is not pick and c.params.get("trainer") is not None]
+    pick, also = _pick(pool, trainer)
+    # The trainers' dialects: the named trainer's always; every trainer's when no reference
+    # configuration explains the upload as it is (no match, or one that needs a bug or a
+    # non-default convention). A clean reference match keeps its cost.
+    if trainer is not None or pick is None or deviations(pick.params) > 0:
+        dialects, n = dialect_candidates(b, screen_rows(b), trainer)
+        pool += dialects
+        searched += n
+        pick, also = _pick(pool, trainer)
     # Without a match, the closest fit is the one most tokens agree with (then the smallest worst
     # diff): one wild token should not hand "closest" to a scheme that agrees with nothing.
     closest = pick or _closest(pool, trainer)
