@@ -8,8 +8,8 @@ trainers' (``trl:<loss_type>``, ``openrlhf:<policy_loss_type>``, ``skyrl:<policy
 they share (:class:`TokenState`, the threshold's reading, the batch an aggregation is taken over).
 """
 
-# The modules below register their losses on import (as estimators/builtin.py does).
-from . import verl  # noqa: F401  (registers verl's losses first: the default and the pages' order)
+# The trainers' modules register their losses on import (as estimators/builtin.py does).
+from . import trl, verl  # noqa: F401
 from .core import CLIPPING, ZEROING, BatchShape, LossInput, TokenState, parse_threshold
 from .registry import (
     DEFAULT_LOSS,

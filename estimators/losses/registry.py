@@ -51,8 +51,8 @@ class LossParam:
     name: the keyword (the trainer's own config key, or its last part). default: its value when not
     given (the trainer's default). kind: how text reads (:data:`KINDS`): ``choice`` (one of
     ``choices``), ``float``, ``optional_float`` (``none`` for None), ``int``, ``threshold`` (a
-    number or ``lo_hi``, :func:`parse_threshold`), ``threshold_pair`` (``hi`` or ``lo_hi`` as two
-    numbers). help: one line for the pages and docs. control: offered as a control on the pages.
+    number or ``lo_hi``, :func:`parse_threshold`), ``threshold_pair`` (``hi`` or ``lo_hi``: a
+    (lo, hi) pair, lo 0 when only hi is given; ``none`` when the default is None). help: one line for the pages and docs. control: offered as a control on the pages.
     """
 
     name: str
@@ -73,7 +73,7 @@ class LossParam:
             parse_threshold(value)
             return value
         if self.kind == "threshold_pair":
-            return _pair(self.name, value)
+            return None if value is None and self.default is None else _pair(self.name, value)
         if self.kind == "optional_float" and value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -89,6 +89,8 @@ class LossParam:
         s = text.strip()
         if self.kind == "choice":
             return self.check(s)
+        if self.kind == "threshold_pair" and self.default is None and s.lower() in ("", "none", "null"):
+            return None
         if self.kind in ("threshold", "threshold_pair"):
             return self.check(s)
         if self.kind == "optional_float" and s.lower() in ("", "none", "null"):
@@ -226,9 +228,11 @@ def register_loss(
 
 
 def available_losses(aliases: bool = True) -> dict[str, LossSpec]:
-    """Every registered loss by name, in registration order (without the aliases when
-    ``aliases`` is False)."""
-    return {n: s for n, s in _LOSSES.items() if aliases or s.alias_of is None}
+    """Every registered loss by name, trainer by trainer in ``TRAINERS`` order (verl's first), each
+    trainer's in registration order (without the aliases when ``aliases`` is False)."""
+    order = list(TRAINERS)
+    specs = sorted(_LOSSES.values(), key=lambda s: order.index(s.trainer))  # stable: keeps registration order
+    return {s.name: s for s in specs if aliases or s.alias_of is None}
 
 
 def get_loss(name: str) -> LossSpec:
@@ -236,7 +240,7 @@ def get_loss(name: str) -> LossSpec:
     try:
         return _LOSSES[name]
     except KeyError:
-        raise ValueError(f"unknown loss {name!r}; one of {', '.join(_LOSSES)}") from None
+        raise ValueError(f"unknown loss {name!r}; one of {', '.join(available_losses())}") from None
 
 
 def _dtype(*xs: Tensor) -> torch.dtype:
