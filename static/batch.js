@@ -1,6 +1,6 @@
 // Batch page: diagnostics from /api/batches/{id} as cards, Plotly figures and tables.
 import { figGroups, figHist, figWhiten, groupLabel } from "./batch_charts.js";
-import { $, plot } from "./page.js";
+import { $, plot, when } from "./page.js";
 import { csvCell, download, el, fetchJSON, fmt, markOpen, readInitial, urls } from "./util.js";
 
 const init = readInitial();
@@ -20,7 +20,7 @@ function render(b) {
   const stored = b.total ?? b.n_episodes ?? eps.length;
   // A run step with `keep`: its metrics and diagnostics count every episode, only some are stored.
   const count = b.n_episodes_seen > stored ? `${stored} of ${b.n_episodes_seen} episodes kept` : `${stored} episodes`;
-  $("b-meta").textContent = `${count} · ${groups.length} groups · source ${b.source || "—"} · created ${(b.created_at || "").replace("T", " ").slice(0, 19)}`;
+  $("b-meta").textContent = `${count} · ${groups.length} groups · source ${b.source || "—"} · created ${when(b.created_at)}`;
 
   const zvGroups = diag.zero_variance_groups || groups.filter((g) => g.zero_variance).map((g) => g.group);
   const cards = [
@@ -139,6 +139,21 @@ function renderAudit(a) {
   if (!a.findings.length) body.append(el("tr", {}, el("td", { colspan: "5" }, "No findings: the uploaded advantages are what the best match computes.")));
   t.replaceChildren(el("thead", {}, head), body);
   t.hidden = false;
+  $("cards").prepend(auditCard(a.findings));
+}
+
+/** The headline card of the audit: its findings by severity, as the run page counts them. */
+function auditCard(findings) {
+  const n = (sev) => findings.filter((f) => f.severity === sev).length;
+  const parts = [["error", n("error")], ["warning", n("warning")]].filter(([, k]) => k).map(([sev, k]) => `${k} ${sev}${k === 1 ? "" : "s"}`);
+  const worst = n("error") ? "error" : n("warning") ? "warning" : "none";
+  const codes = [...new Set(findings.filter((f) => f.severity !== "info").map((f) => f.code))];
+  return el(
+    "div",
+    { class: `card card-audit card-${worst}`, id: "audit-card" },
+    el("div", { class: "big" }, parts.length ? parts.join(" · ") : "no findings"),
+    el("div", { class: "what" }, "in the audit of the trainer's advantages", codes.length ? `: ${codes.join(", ")} ` : " ", el("a", { href: "#audit-h" }, "details")),
+  );
 }
 
 function loadAudit(id, audit) {

@@ -1,12 +1,14 @@
 // Run page: the stored per-step metrics of /api/runs/{id} as Plotly timelines (one figure per
 // family of metrics); a click on a point opens that step's batch page. One request, no episodes.
 // The figures on the first screen are drawn first; the rest, and the steps table, right after.
-import { $ } from "./page.js";
-import { el, fetchJSON, fmt, plotlyConfig, readInitial, urls } from "./util.js";
+import { $, SCHEME_COLORS, plot, when } from "./page.js";
+import { el, fetchJSON, fmt, readInitial, urls } from "./util.js";
 
 const init = readInitial();
-const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
-const COLORS = ["rgb(33,102,172)", "rgb(178,24,43)", "rgb(90,90,90)"];
+// Series colours: none blue or red (those mean the sign of an advantage), except the audit's
+// severities, in the colours of the findings' marks on the episode page.
+const COLORS = SCHEME_COLORS;
+const METRIC_COLORS = { audit_errors: "#d7191c", audit_warnings: "#e08214" };
 
 // Figures and their metrics, from the page state: names, labels and formats are defined once, in
 // app/core/metrics.py ([{id, title, percent, metrics: [{name, label, format}]}]).
@@ -29,7 +31,7 @@ export function timelineTraces(steps) {
         x: pts.map((s) => s.step),
         y: pts.map((s) => s.metrics[name]),
         customdata: pts.map((s) => s.batch_ref ?? s.batch_id),
-        line: { color: COLORS[i % COLORS.length], width: 1.5 },
+        line: { color: METRIC_COLORS[name] || COLORS[i % COLORS.length], width: 1.5 },
         marker: { size: 6 },
         hovertemplate: `step %{x}<br>${label}: %{y:.4g}<extra></extra>`,
       });
@@ -42,27 +44,24 @@ export function timelineTraces(steps) {
 // After a frame is painted, so what was drawn before is on screen while the rest is drawn.
 const nextTask = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 
-function drawFigure({ figure, traces, plot }) {
-  if (!window.Plotly) {
-    plot.textContent = `Plotly is not available (${urls.plotlyBasic}).`;
-    return;
-  }
+function drawFigure({ figure, traces, plot: box }) {
   const layout = {
-    font: FONT,
-    margin: { l: 56, r: 16, t: 10, b: 40 },
     height: 310,
-    paper_bgcolor: "#fff",
-    plot_bgcolor: "#fff",
-    hovermode: "closest",
+    margin: { l: 56, r: 16, t: 10, b: 40 },
     xaxis: { title: { text: "step", standoff: 4 }, zeroline: false },
     // exponentformat "e": float noise such as -3e-14 must not read as "-30f".
     yaxis: figure.percent ? { tickformat: ".0%", rangemode: "tozero" } : { zeroline: true, exponentformat: "e" },
     legend: { orientation: "h", y: -0.3 },
     showlegend: traces.length > 1,
   };
-  window.Plotly.newPlot(plot, traces, layout, plotlyConfig(`run-${init.run_id}-${figure.id}`));
-  plot.dataset.drawn = "1";
-  plot.on("plotly_click", (ev) => {
+  if (figure.metrics.every((m) => m.format === "count")) {
+    // Counts (the audit's findings): whole numbers on the axis, one tick each while few.
+    const top = Math.max(1, ...traces.flatMap((t) => t.y));
+    layout.yaxis = { rangemode: "tozero", tickformat: "d", ...(top <= 10 ? { dtick: 1 } : {}), title: { text: "findings" } };
+  }
+  if (plot(box, traces, layout, `run-${init.run_id}-${figure.id}`) === null) return;
+  box.dataset.drawn = "1";
+  box.on("plotly_click", (ev) => {
     const p = ev && ev.points && ev.points[0];
     if (p && p.customdata !== undefined) window.location.assign(urls.batch(p.customdata));
   });
@@ -88,7 +87,21 @@ function drawTimeline(steps) {
 // The steps table shows the latest steps first; a long run's whole table (1,000 rows cost a
 // browser ~0.3 s of layout) only when asked for.
 const STEPS_SHOWN = 100;
-const STEP_COLUMNS = ["pass_rate", "mean_score", "zero_variance_share"];
+const STEP_COLUMNS = ["pass_rate", "mean_score", "zero_variance_share", "nonpolicy_advantage_share"];
+const SHARES = new Set(["zero_variance_share", "nonpolicy_advantage_share"]);
+
+/** A step's audit findings by severity, as the run's audit figure counts them ("—": not audited). */
+function findingsCell(m) {
+  const e = m.audit_errors;
+  const w = m.audit_warnings;
+  if ((e === null || e === undefined) && (w === null || w === undefined)) return el("td", { class: "num", title: "not audited (no trainer advantages)" }, "—");
+  const parts = [];
+  if (e) parts.push(el("span", { class: "sev sev-error" }, `${e} error${e === 1 ? "" : "s"}`));
+  if (w) parts.push(el("span", { class: "sev sev-warning" }, `${w} warning${w === 1 ? "" : "s"}`));
+  return el("td", { class: "num findings" }, ...(parts.length ? parts.flatMap((x, i) => (i ? [" ", x] : [x])) : ["0"]));
+}
+
+const cellOf = (name, v) => (SHARES.has(name) && typeof v === "number" ? `${(100 * v).toFixed(v && Math.abs(v) < 0.01 ? 2 : 0)}%` : fmt(v));
 
 function stepRow(s) {
   return el(
@@ -97,12 +110,13 @@ function stepRow(s) {
     el("td", { class: "num" }, String(s.step)),
     el("td", {}, el("a", { href: urls.batch(s.batch_ref ?? s.batch_id) }, `batch ${s.batch_id}`)),
     el("td", { class: "num" }, s.n_episodes_seen > s.n_episodes ? `${s.n_episodes} of ${s.n_episodes_seen} kept` : String(s.n_episodes)),
-    ...STEP_COLUMNS.map((name) => el("td", { class: "num" }, fmt(s.metrics[name]))),
+    ...STEP_COLUMNS.map((name) => el("td", { class: "num" }, cellOf(name, s.metrics[name]))),
+    findingsCell(s.metrics),
   );
 }
 
 function drawSteps(steps, all = false) {
-  const head = el("tr", {}, ...["step", "batch", "episodes", ...STEP_COLUMNS.map(label)].map((h) => el("th", { scope: "col" }, h)));
+  const head = el("tr", {}, ...["step", "batch", "episodes", ...STEP_COLUMNS.map(label), "audit findings"].map((h) => el("th", { scope: "col" }, h)));
   const newest = steps.slice().reverse();
   const shown = all ? newest : newest.slice(0, STEPS_SHOWN);
   $("steps").replaceChildren(el("thead", {}, head), el("tbody", {}, ...shown.map(stepRow)));
@@ -124,7 +138,7 @@ async function main() {
     steps = run.steps;
     performance.mark("run:fetched");
     const last = steps.length ? steps[steps.length - 1].step : null;
-    $("r-meta").textContent = `${steps.length} step${steps.length === 1 ? "" : "s"}${last === null ? "" : ` (last: ${last})`} · created ${run.created_at}`;
+    $("r-meta").textContent = `${steps.length} step${steps.length === 1 ? "" : "s"}${last === null ? "" : ` (last: ${last})`} · created ${when(run.created_at)}`;
     $("r-config").textContent = JSON.stringify(run.config, null, 2);
     later = drawTimeline(steps);
     performance.mark("run:first-screen");

@@ -491,7 +491,7 @@ export class TokenStrip {
             let n = 0;
             for (let j = it.i; j < it.end; j++) if (Number.isFinite(row.advantages[j]) && row.advantages[j] !== 0) n++;
             const worst = this.offValues[this.rows.indexOf(row)].get(this.itemOf[it.i]);
-            return el("div", { class: "hp-finding sev-error" }, `${row.label}: nonzero on ${n} of these tokens (largest ${fmt(worst)}; should be 0)`);
+            return el("div", { class: `hp-finding sev-${this._worstMark(it.i, it.end)}` }, `${row.label}: nonzero on ${n} of these tokens (largest ${fmt(worst)}): the loss trains on them unless it masks them`);
           }),
         el("div", { class: "hp-hint" }, "Click or press Enter to expand."),
       ];
@@ -525,10 +525,18 @@ export class TokenStrip {
     // An `everywhere` row's nonzero value on a prompt/tool token: say it is a bug.
     const offNotes = this.rows
       .filter((row) => row.everywhere && d.kinds[i] !== "policy" && Number.isFinite(row.advantages[i]) && row.advantages[i] !== 0)
-      .map((row) => el("div", { class: "hp-finding sev-error" }, `${row.label} is ${fmt(row.advantages[i])} on a ${d.kinds[i]} token (should be 0)`));
+      .map((row) => el("div", { class: `hp-finding sev-${this._worstMark(i, i + 1)}` }, `${row.label} is ${fmt(row.advantages[i])} on a ${d.kinds[i]} token: the loss trains on it unless it masks it`));
     const hint = this.spanOf[i] >= 0 ? el("div", { class: "hp-hint" }, `Click to collapse this ${d.kinds[i]} span.`) : null;
     const found = (this.marks.get(i) || []).map((m) => el("div", { class: `hp-finding sev-${m.severity}` }, `${m.severity}: ${m.code}`));
     return [el("div", { class: "hp-title" }, JSON.stringify(d.tokens[i])), table, ...found, ...offNotes, hint].filter(Boolean);
+  }
+
+  /** The worst severity of the findings naming a token of [start, end) ("warning" when none does:
+   * an outlined cell is at least that). */
+  _worstMark(start, end) {
+    let worst = "warning";
+    for (let j = start; j < end; j++) for (const m of this.marks.get(j) || []) if (m.severity === "error") worst = "error";
+    return worst;
   }
 
   /** Test and export hook: item geometry (client px) and colours per row for token i. */

@@ -61,7 +61,7 @@ FIGURES = (
     Figure("advantages", "Trainer's advantages"),
     Figure("policy", "Entropy and KL to the reference"),
     Figure("mismatch", "Rollout vs training log-probs"),
-    Figure("audit", "Audit: error findings in the trainer's advantages"),
+    Figure("audit", "Audit: findings in the trainer's advantages, by severity"),
     Figure("critic", "Critic: explained variance of the returns"),
     Figure("credit", "Useless-credit share"),
     Figure("loss-removed", "Share of |A| the policy loss removes (training vs rollout log-probs)"),
@@ -164,6 +164,16 @@ METRICS_LIST = (
         source="audit",
     ),
     Metric(
+        "audit_warnings",
+        "audit warning findings",
+        "count",
+        "audit",
+        "warning findings of the audit of the trainer's advantages (estimators/audit/): harmless only "
+        "under a condition the audit cannot see (e.g. a loss that masks the tokens)",
+        legend="warning findings",
+        source="audit",
+    ),
+    Metric(
         "explained_variance",
         "explained variance",
         "number",
@@ -215,6 +225,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in METRICS_LIST}
 # The metrics a run step stores at ingest (StepMetrics.result() gives exactly these + n_episodes).
 STEP_METRICS = tuple(m.name for m in METRICS_LIST if m.source == "step")
 AUDIT_ERRORS = METRICS["audit_errors"].name
+AUDIT_WARNINGS = METRICS["audit_warnings"].name
 
 
 def run_figures() -> list[dict[str, Any]]:

@@ -248,9 +248,21 @@ def is_message_list(v: Any) -> bool:
     return False
 
 
+def _last_if_growing(items: Iterable[Any]) -> Iterable[Any]:
+    """The last of a list of message lists where each one repeats the one before and adds to it
+    (NeMo Gym's transitions, a trajectory's per-step message lists); else ``items`` itself."""
+    if not isinstance(items, list) or len(items) < 2 or not all(isinstance(x, list) and x for x in items):
+        return items
+    for a, b in zip(items, items[1:], strict=False):
+        if len(b) <= len(a) or b[0] != a[0]:
+            return items
+    return [items[-1]]
+
+
 def flatten(items: Iterable[Any], depth: int = 3) -> Iterator[Any]:
     """The message-like items of ``items`` in order, looking into nested lists and into objects
     whose values are lists (``{"step_0": [...], "step_1": [...]}``) up to ``depth`` levels."""
+    items = _last_if_growing(items)
     for x in items:
         if item_shape(x) is not None:
             yield x
@@ -923,10 +935,18 @@ def build_episode(
         if texts[0] is not None:
             msgs.append(Msg("prompt", "user", str(obj[texts[0]])))
         msgs.append(Msg("policy", "assistant", str(obj[texts[1]])))
+    seen: list[Any] = []
     for p in parts:
         v = obj if not p else get_path(obj, p)
         if isinstance(v, list):
-            msgs.extend(read_messages(v, ctx))
+            items = list(flatten(v))
+            # A list that starts by repeating the prompt already read (an output that carries
+            # its input again) is read from where it goes on.
+            k = 0
+            while k < min(len(seen), len(items)) and items[k] == seen[k]:
+                k += 1
+            msgs.extend(read_messages(items[k:], ctx))
+            seen.extend(items)
     if not msgs or msgs[0].kind == "policy":
         task = prompt_text(obj) if isinstance(obj, dict) else None
         if task is not None:

@@ -39,11 +39,16 @@ POLICY_ITEMS = ("reasoning", "function_call")
 
 def sniff(doc: Document) -> bool:
     first = doc.first
-    return (
+    if not (
         isinstance(first, dict)
         and isinstance(first.get("responses_create_params"), dict)
         and isinstance(first.get("response"), dict)
-    )
+    ):
+        return False
+    # Output as a list of transitions (message lists: the verifiers bridge's
+    # `contains_transitions`) is the structural reader's (app/ingest/transcript.py).
+    output = first["response"].get("output")
+    return not (isinstance(output, list) and output and isinstance(output[0], list))
 
 
 def _is_policy(item: dict) -> bool:

@@ -18,7 +18,7 @@ from app.compute.audit import decorate, marks_of, no_advantages, run_audit, too_
 from app.core import domain
 from app.core.arrays import F64, I32, EpisodeArrays, decode, json_dumps, json_loads, turn_ids_of
 from app.core.errors import ApiError
-from app.core.metrics import AUDIT_ERRORS
+from app.core.metrics import AUDIT_ERRORS, AUDIT_WARNINGS
 from app.core.packing import pack
 from app.core.settings import Settings
 from app.storage.audit_models import BatchAudit, EpisodeAudit
@@ -174,7 +174,8 @@ def _store(
 
 def audit_step(session: Session, batch_id: int, settings: Settings) -> int | None:
     """Audit a run step's batch when its episodes carry the trainer's advantages, and store the
-    number of error findings in the step's metrics as ``audit_errors`` (app/core/metrics.py; so
+    number of error and warning findings in the step's metrics as ``audit_errors`` and
+    ``audit_warnings`` (app/core/metrics.py; so
     the run timeline reads
     it with the other metrics, in one query). None when the step cannot be audited (no
     advantages, or beyond the audit's budget): the step is stored all the same."""
@@ -182,7 +183,7 @@ def audit_step(session: Session, batch_id: int, settings: Settings) -> int | Non
     if batch is None:
         return None
     try:
-        n_errors = int(batch_audit(session, batch, settings)["n_errors"])
+        body = batch_audit(session, batch, settings)
     except ApiError as exc:
         if exc.status in (409, 413):
             return None
@@ -190,8 +191,10 @@ def audit_step(session: Session, batch_id: int, settings: Settings) -> int | Non
     batch = session.get(Batch, batch_id)
     if batch is None:  # deleted meanwhile
         return None
+    n_errors = int(body["n_errors"])
+    n_warnings = sum(1 for f in body["findings"] if f["severity"] == "warning")
     metrics = json_loads(batch.metrics_json) if batch.metrics_json else {}
-    batch.metrics_json = json_dumps({**metrics, AUDIT_ERRORS: n_errors})
+    batch.metrics_json = json_dumps({**metrics, AUDIT_ERRORS: n_errors, AUDIT_WARNINGS: n_warnings})
     session.add(batch)
     session.commit()
     return n_errors

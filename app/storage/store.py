@@ -29,7 +29,7 @@ from app.compute.step_metrics import StepMetrics
 from app.core import urls
 from app.core.arrays import json_dumps, pack_row
 from app.core.errors import ApiError, not_found
-from app.core.metrics import AUDIT_ERRORS
+from app.core.metrics import AUDIT_ERRORS, AUDIT_WARNINGS
 from app.core.packing import pack
 from app.core.resources import demo_dir
 from app.core.schemas import EpisodeIn
@@ -193,6 +193,7 @@ def create_batch_streaming(
     if audit is not None:
         add_findings(fields, audit.body["findings"])
         result[AUDIT_ERRORS] = sum(1 for f in audit.body["findings"] if f["severity"] == "error")
+        result[AUDIT_WARNINGS] = sum(1 for f in audit.body["findings"] if f["severity"] == "warning")
     kept = None
     if keep is not None and len(rows) > keep:
         kept = choose(

@@ -142,3 +142,49 @@ def test_an_upload_with_advantages_opens_on_them(page, server):
     page.goto(f"/e/{plain}")
     wait_ready(page)
     assert page.evaluate("window.__strip.rows.map(r => r.name)") == ["outcome", "token_gae", "turn_gae"]
+
+
+def test_the_demo_bug_from_the_run_page_to_the_token_with_one_meaning_of_severity(dpage, demo):
+    page = dpage
+    page.goto(f"/r/{demo['runs'][BUGGY]}")
+    page.wait_for_selector('#timeline[data-drawn="all"]')
+    # The audit figure counts findings by severity: a warning on each bug step, no error.
+    audit = page.evaluate(
+        "document.getElementById('fig-audit').data.map(t => ({name: t.name, x: t.x, y: t.y}))"
+    )
+    series = {t["name"]: dict(zip(t["x"], t["y"], strict=True)) for t in audit}
+    bug = set(demo_runs.BUG_STEPS)
+    assert series["warning findings"] == {s: int(s in bug) for s in range(demo_runs.STEPS)}
+    assert set(series["error findings"].values()) == {0}
+    # The steps table says the same, with the share of |A| off the policy tokens beside it.
+    head = page.locator("#steps thead th").all_text_contents()
+    assert "audit findings" in head and "share of |A| off policy" in head
+    row = page.locator("#steps tbody tr").filter(has=page.locator("td:first-child", has_text=re.compile(r"^18$")))
+    cells = row.locator("td").all_text_contents()
+    assert cells[head.index("audit findings")] == "1 warning"
+    assert cells[head.index("share of |A| off policy")] != "0%"
+    clean = page.locator("#steps tbody tr").filter(has=page.locator("td:first-child", has_text=re.compile(r"^30$")))
+    assert clean.locator("td").all_text_contents()[head.index("audit findings")] == "0"
+    # The step's batch page: the finding is a headline card on the first screen.
+    row.get_by_role("link").click()
+    page.wait_for_selector('#audit-box[data-ready="1"]')
+    card = page.locator("#audit-card")
+    assert card.locator(".big").text_content() == "1 warning"
+    assert "credit_on_non_policy_tokens" in card.text_content()
+    assert card.bounding_box()["y"] + card.bounding_box()["height"] < 900
+    assert page.locator("#audit-findings tbody tr").first.get_attribute("data-severity") == "warning"
+    # The finding opens the episode on its first token; the page calls it a warning too.
+    page.locator("a.finding-link").first.click()
+    wait_ready(page)
+    tok = page.evaluate("window.__strip.cursor")
+    assert page.evaluate(f"window.__strip.data.kinds[{tok}]") == "tool"
+    assert page.evaluate(f"window.__strip.cellAt({tok}).mark") == "warning"
+    assert "bug" not in page.text_content("#legend-off")
+    cell = page.evaluate(f"window.__strip.cellAt({tok})")
+    page.mouse.move(cell["x"] + 3, cell["y"] + 3)
+    panel = page.locator(".hover-panel")
+    panel.wait_for(state="visible")
+    assert panel.locator(".hp-finding.sev-error").count() == 0
+    assert panel.locator(".hp-finding.sev-warning").count() >= 1
+    shot(page, "journey-demo-bug-token")
+    assert page.probe.errors == [] and page.failed == []

@@ -441,3 +441,24 @@ def test_eval_summary_and_event_tuples_say_what_they_are():
     with pytest.raises(ApiError) as e:
         _read(_jsonl([["event", {"type": "session.created"}], ["event", {}]]))
     assert "[name, payload] event tuple" in e.value.message
+
+
+def test_growing_transitions_are_read_once():
+    # NeMo Gym's verifiers bridge (`contains_transitions`): `response.output` is a list of
+    # transitions, each the whole conversation so far plus the model's new message, after the
+    # prompt in `responses_create_params.input`.
+    sys_ = {"type": "message", "role": "system", "content": "play"}
+    user = {"type": "message", "role": "user", "content": "guess"}
+    a1 = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "[crane]"}]}
+    fb = {"type": "message", "role": "user", "content": "invalid, again"}
+    a2 = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "[slate]"}]}
+    rec = {
+        "responses_create_params": {"input": [sys_, user]},
+        "response": {"output": [[sys_, user, a1], [sys_, user, a1, fb, a2]]},
+        "reward": 0.04,
+    }
+    assert detect(json.dumps(rec).encode()) == "transcript"
+    [ep], _ = _read(json.dumps(rec))
+    assert _turns(ep) == 2
+    assert _text(ep, "policy").count("[crane]") == 1 and _text(ep, "prompt").count("guess") == 1
+    assert "invalid, again" in _text(ep, "prompt")

@@ -271,12 +271,13 @@ def test_metrics_of_a_hand_computed_step_are_stored_at_ingest(client):
     # audit's own (checked against the corpus in test_steps_with_trainer_advantages_are_audited...).
     audit = client.get(f"/api/batches/{r.json()['batch_id']}/audit").json()
     assert got.pop("audit_errors") == audit["n_errors"]
+    assert got.pop("audit_warnings") == sum(f["severity"] == "warning" for f in audit["findings"])
     assert set(got) == set(expected)
     for name, want in expected.items():
         assert got[name] == (None if want is None else pytest.approx(want, abs=1e-12)), name
     assert 0 < expected["explained_variance"] < 1  # a real check, not the degenerate 0 or 1
     api = client.get(f"/api/runs/{run['id']}").json()["steps"][0]["metrics"]
-    assert api == {**got, "audit_errors": audit["n_errors"]}
+    assert api == {**got, "audit_errors": audit["n_errors"], "audit_warnings": api["audit_warnings"]}
     series = client.get(f"/api/runs/{run['id']}/metrics").json()
     assert series["mean_kl"] == [[4, pytest.approx(0.125)]]
 
