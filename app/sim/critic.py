@@ -15,9 +15,10 @@ of one episode next to the true turn values.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -59,7 +60,8 @@ class TinyCritic(nn.Module):
         h = self.embed(x) + self.pos(pos)[None]
         causal = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
         h = self.block(h, src_mask=causal)
-        return self.head(self.norm(h)).squeeze(-1)
+        out: Tensor = self.head(self.norm(h)).squeeze(-1)  # nn.Module.__call__ is untyped
+        return out
 
 
 @dataclass
@@ -94,7 +96,7 @@ def to_batch(episodes: list[EpisodeIn]) -> Batch:
 
 
 @contextmanager
-def _deterministic(seed: int):
+def _deterministic(seed: int) -> Iterator[None]:
     """Seeded, single-threaded torch for the duration (same seed -> same critic, bit for bit)."""
     threads = torch.get_num_threads()
     with torch.random.fork_rng(devices=[]):
@@ -166,10 +168,12 @@ def _ev(values: list[list[float]], episodes: list[EpisodeIn]) -> float:
     return float(explained_variance(pred, data.returns, data.mask))
 
 
-def _turn_start_pairs(values: list[list[float]], episodes: list[EpisodeIn]):
+def _turn_start_pairs(
+    values: list[list[float]], episodes: list[EpisodeIn]
+) -> list[tuple[float, float, float]]:
     """(critic value, true value, MC return) at the first token of every turn."""
     data = to_batch(episodes)
-    rows = []
+    rows: list[tuple[float, float, float]] = []
     for i, (v, e) in enumerate(zip(values, episodes, strict=True)):
         tv = e.meta.get("turn_values")
         spans = turn_spans(policy_mask(e.kinds))
@@ -180,7 +184,7 @@ def _turn_start_pairs(values: list[list[float]], episodes: list[EpisodeIn]):
     return rows
 
 
-def value_trace(values: list[float], episode: EpisodeIn) -> list[dict]:
+def value_trace(values: list[float], episode: EpisodeIn) -> list[dict[str, Any]]:
     """Per turn of one episode: the call, its effect, the critic's value at the turn's first token
     and the true value of the turn-start state."""
     tv = episode.meta.get("turn_values") or []
@@ -216,13 +220,13 @@ def critic_report(
     train: list[EpisodeIn],
     fresh: list[EpisodeIn],
     losses: list[float] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Explained variance of the critic on train and fresh episodes, the true-value ceiling on the
     fresh ones, and the value trace along one successful training episode."""
     v_train = critic_values(model, train)
     v_fresh = critic_values(model, fresh)
     pairs = _turn_start_pairs(v_fresh, fresh)
-    report: dict = {
+    report: dict[str, Any] = {
         "explained_variance_train": round(_ev(v_train, train), 4),
         "explained_variance_fresh": round(_ev(v_fresh, fresh), 4),
         "n_train": len(train),

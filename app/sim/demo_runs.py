@@ -21,6 +21,7 @@ Deterministic: every step's sample is seeded by (run, step). Fast: tens of small
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from sqlmodel import Session, select
@@ -52,7 +53,7 @@ class DemoRun:
     bug_steps: range
 
     @property
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         return {
             "env": "bugfix (built-in simulator)",
             "estimator": "grpo",

@@ -12,6 +12,8 @@ app/core/domain.py (score, pass, groups, zero variance, useless credit, oracle a
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from app.compute.batch import outcome_advantages
@@ -21,7 +23,7 @@ from app.core.schemas import EpisodeIn
 from app.sim.policy import EFFECTS
 
 
-def sim_diagnostics(episodes: list[EpisodeIn]) -> dict:
+def sim_diagnostics(episodes: list[EpisodeIn]) -> dict[str, Any]:
     """Diagnostics of a batch of native episodes (definitions: app/core/metrics.py).
 
     Returns {"n_episodes", "n_groups", "pass_rate", "mean_calls", "truncated_share",
@@ -40,7 +42,7 @@ def sim_diagnostics(episodes: list[EpisodeIn]) -> dict:
     passed = [domain.passed(a.reward, s) for a, s in zip(arrays, scores, strict=True)]
     adv = outcome_advantages("rloo", scores, labels).tolist()
     zv = metrics.zero_variance(scores, labels, passed)
-    out = {
+    out: dict[str, Any] = {
         "n_episodes": n,
         "n_groups": len(domain.groups(labels)),
         "pass_rate": metrics.pass_rate(passed),

@@ -20,9 +20,11 @@ import math
 import random
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 from app.sim.policy import FAIL, KINDS, PASS, UNKNOWN, PolicyParams, State, kind_probs, transition
 from app.sim.tasks import OPS, TASKS, Task, run_tests
 from app.sim.truth import exact_values, mc_turn_values, sample_call
@@ -84,7 +86,7 @@ def _test_report(task_name: str, fixed: bool, hacked: bool) -> tuple[tuple[str, 
     """(call, returned value or error, passed) for each visible test of the current code."""
     task = _by_name(task_name)
     src = _hacked(task, fixed) if hacked else (task.fixed_source if fixed else task.source)
-    ns: dict = {}
+    ns: dict[str, Any] = {}
     exec(compile(src, "<task>", "exec"), ns)  # noqa: S102 - our own task code
     out = []
     passed = run_tests(src, task.visible)
@@ -165,6 +167,21 @@ def _call_tokens(call: str) -> list[str]:
     return ["<call>", *call.split(" "), "</call>"]
 
 
+@dataclass
+class _Attempt:
+    """One attempt of :func:`sample_group` while it is being sampled."""
+
+    tokens: list[str]
+    kinds: list[Kind]
+    rewards: list[float]
+    logprobs: list[float]
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    turn_values: list[float] = field(default_factory=list)
+    state: State = field(default_factory=State)
+    done: bool = False
+    outcome: float = 0.0
+
+
 def sample_group(
     task: Task,
     params: PolicyParams,
@@ -183,20 +200,18 @@ def sample_group(
     values = exact_values(task, params, call_cost)
     prompt = tokenize(prompt_text(task))
     eps = [
-        {"tokens": list(prompt), "kinds": ["prompt"] * len(prompt), "rewards": [0.0] * len(prompt)}
-        | {"logprobs": [0.0] * len(prompt), "calls": [], "turn_values": [], "state": State(), "done": False}
-        | {"outcome": 0.0}
+        _Attempt(list(prompt), ["prompt"] * len(prompt), [0.0] * len(prompt), [0.0] * len(prompt))
         for _ in range(n)
     ]
     for turn in range(max_calls):
         for ep in eps:
-            if ep["done"]:
+            if ep.done:
                 continue
-            state: State = ep["state"]
+            state = ep.state
             call, p = sample_call(params, task, state, rng)
             step = transition(task, state, call)
-            ep["turn_values"].append(round(values[state], 6))
-            ep["calls"].append({"turn": turn, "action": call, "effect": step.effect})
+            ep.turn_values.append(round(values[state], 6))
+            ep.calls.append({"turn": turn, "action": call, "effect": step.effect})
             toks = _call_tokens(call)
             # The decisions are the kind token and the op token: log pi(kind) and log pi(op | edit);
             # "<call>" and "</call>" are forced (log-prob 0).
@@ -206,40 +221,40 @@ def sample_group(
                 lp[1], lp[2] = math.log(p_kind), math.log(p / p_kind)
             else:
                 lp[1] = math.log(p)
-            ep["tokens"] += toks
-            ep["kinds"] += ["policy"] * len(toks)
-            ep["rewards"] += [0.0] * (len(toks) - 1) + [-call_cost]
-            ep["logprobs"] += lp
+            ep.tokens += toks
+            ep.kinds += ["policy"] * len(toks)
+            ep.rewards += [0.0] * (len(toks) - 1) + [-call_cost]
+            ep.logprobs += lp
             if step.done:
-                ep["done"] = True
-                ep["outcome"] = step.outcome
+                ep.done = True
+                ep.outcome = step.outcome
             else:
                 obs = tokenize(observation(task, state, call, rng))
-                ep["tokens"] += obs
-                ep["kinds"] += ["tool"] * len(obs)
-                ep["rewards"] += [0.0] * len(obs)
-                ep["logprobs"] += [0.0] * len(obs)
-            ep["state"] = step.next_state
-        if all(ep["done"] for ep in eps):
+                ep.tokens += obs
+                ep.kinds += ["tool"] * len(obs)
+                ep.rewards += [0.0] * len(obs)
+                ep.logprobs += [0.0] * len(obs)
+            ep.state = step.next_state
+        if all(ep.done for ep in eps):
             break
     out = []
     for j, ep in enumerate(eps):
-        truncated = not ep["done"]
+        truncated = not ep.done
         out.append(
             EpisodeIn(
-                tokens=ep["tokens"],
-                kinds=ep["kinds"],
-                reward=ep["outcome"],
-                rewards=ep["rewards"] if call_cost else None,
-                logprobs=[round(x, 6) for x in ep["logprobs"]],
+                tokens=ep.tokens,
+                kinds=ep.kinds,
+                reward=ep.outcome,
+                rewards=ep.rewards if call_cost else None,
+                logprobs=[round(x, 6) for x in ep.logprobs],
                 group=task.name,
                 truncated=truncated,
-                bootstrap_value=round(values[ep["state"]], 6) if truncated else None,
+                bootstrap_value=round(values[ep.state], 6) if truncated else None,
                 meta={
                     "task": task.name,
                     "bug": task.bug,
-                    "calls": ep["calls"],
-                    "turn_values": ep["turn_values"],
+                    "calls": ep.calls,
+                    "turn_values": ep.turn_values,
                     "source": source,
                     "attempt": j,
                 },
@@ -269,7 +284,7 @@ def with_mc_turn_values(
         task = _by_name(e.meta["task"])
         states = episode_states(task, e)
         mc = mc_turn_values(task, params, states, n_rollouts, seed=seed * 100_003 + i, call_cost=call_cost)
-        update: dict = {
+        update: dict[str, Any] = {
             "meta": {
                 **e.meta,
                 "turn_values": [round(x, 6) for x in mc],
@@ -291,7 +306,7 @@ def sample_batch(
     n_tasks: int = 20,
     n_per_task: int = 8,
     seed: int = 0,
-    policy: PolicyParams | dict | None = None,
+    policy: PolicyParams | dict[str, float] | None = None,
     *,
     call_cost: float = 0.0,
     max_calls: int = 8,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from app.core.resources import demo_dir
 from app.core.schemas import EpisodeIn
@@ -64,7 +65,7 @@ def _line(ep: EpisodeIn) -> str:
     return json.dumps(ep.model_dump(exclude_none=True), separators=(",", ":"), ensure_ascii=False)
 
 
-def write_fixtures(folder: Path = DEMO_DIR, seed: int = DEMO_SEED, verbose: bool = True) -> dict:
+def write_fixtures(folder: Path = DEMO_DIR, seed: int = DEMO_SEED, verbose: bool = True) -> dict[str, Any]:
     """Write the demo files into `folder`; returns the BugFix batch's diagnostics."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "handbuilt.jsonl").write_text(_line(handbuilt_episode()) + "\n")

@@ -77,7 +77,7 @@ class PolicyParams:
     temperature: float = 1.0
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> PolicyParams:
+    def from_dict(cls, d: dict[str, float] | None) -> PolicyParams:
         """Build from a (partial) dict; unknown keys raise ValueError naming them."""
         d = dict(d or {})
         names = {f.name for f in fields(cls)}
@@ -93,7 +93,7 @@ class PolicyParams:
             raise ValueError("policy knob temperature must be at least 0.05")
         return p
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel
 from sqlmodel import Session
 
 from app.core.errors import ApiError
+from app.core.settings import Settings
 from app.http.api.deps import require_write
 from app.http.templating import templates
 from app.sim.policy import PolicyParams
@@ -53,7 +55,12 @@ class JobOut(BaseModel):
     error: dict[str, Any] | None = None
 
 
-def _store(session: Session, req: SampleRequest, settings, progress=None) -> dict:
+def _store(
+    session: Session,
+    req: SampleRequest,
+    settings: Settings,
+    progress: Callable[[float], None] | None = None,
+) -> dict[str, Any]:
     result = run_sample(req, progress)
     created = create_batch(
         session,
@@ -78,7 +85,7 @@ def _store(session: Session, req: SampleRequest, settings, progress=None) -> dic
 # Background sampling jobs are rows of the job table (app/storage/jobs.py): any worker process runs them
 # and any answers a poll; a job id is a random token, finished jobs are kept for CREDITLENS_JOB_TTL_S.
 @jobs.register("sample")
-def _sample_job(params: dict, ctx: jobs.JobContext) -> dict:
+def _sample_job(params: dict[str, Any], ctx: jobs.JobContext) -> dict[str, Any]:
     req = SampleRequest.model_validate(params)
     try:
         with Session(ctx.engine) as session:
@@ -129,7 +136,7 @@ def post_samples(
     request: Request,
     session: SessionDep,
     run_async: bool = Query(False, alias="async", description="run in the background and return a job id"),
-):
+) -> JSONResponse:
     """Sample `n_tasks` groups of `n_per_task` attempts with the given policy knobs and seed,
     optionally fit the critic (its values go into each episode's `values`), store the batch
     (diagnostics, including the critic's, in the batch meta) and return it."""
@@ -156,7 +163,7 @@ def post_samples(
     response_model=JobOut,
     summary="State and progress of a background sampling job",
 )
-def get_job(job_id: str, request: Request) -> dict:
+def get_job(job_id: str, request: Request) -> dict[str, Any]:
     """{"state": queued|running|done|error, "progress": 0..1, and when done: batch_id, url,
     episodes, diagnostics; on error: error}. Any worker process answers."""
     ttl = request.app.state.settings.job_ttl_s
@@ -170,7 +177,7 @@ def get_job(job_id: str, request: Request) -> dict:
 
 
 @router.get("/api/samples/options", summary="Tasks and policy knobs the sampler accepts, with defaults")
-def sample_options() -> dict:
+def sample_options() -> dict[str, Any]:
     return {
         "envs": ["bugfix"],
         "tasks": [{"name": t.name, "bug": t.bug, "skill": t.skill} for t in TASKS],
@@ -180,7 +187,7 @@ def sample_options() -> dict:
 
 
 @router.get("/sample", response_class=HTMLResponse, include_in_schema=False)
-def sample_page(request: Request):
+def sample_page(request: Request) -> Response:
     return templates.TemplateResponse(
         request,
         "sample.html",

@@ -6,7 +6,7 @@ Used by POST /api/samples (routes.py) and by `python -m app.sim.make_fixtures`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -62,8 +62,8 @@ class SampleRequest(BaseModel):
 
 class SampleResult(BaseModel):
     episodes: list[EpisodeIn]
-    diagnostics: dict
-    meta: dict
+    diagnostics: dict[str, Any]
+    meta: dict[str, Any]
 
 
 def run_sample(req: SampleRequest, progress: Callable[[float], None] | None = None) -> SampleResult:
@@ -71,12 +71,17 @@ def run_sample(req: SampleRequest, progress: Callable[[float], None] | None = No
 
     progress(x) is called with x in [0, 1]: sampling is the first part, the critic fit the rest.
     """
-    report = progress or (lambda x: None)
+    report = progress or (lambda _x: None)
     params = PolicyParams.from_dict(req.policy)
-    kw = {"call_cost": req.call_cost, "max_calls": req.max_calls}
     share = 0.15 if req.critic else 0.95
     episodes = sample_batch(
-        req.n_tasks, req.n_per_task, req.seed, params, **kw, progress=lambda x: report(share * x)
+        req.n_tasks,
+        req.n_per_task,
+        req.seed,
+        params,
+        call_cost=req.call_cost,
+        max_calls=req.max_calls,
+        progress=lambda x: report(share * x),
     )
     if req.truth == "mc":
         episodes = with_mc_turn_values(
@@ -84,7 +89,14 @@ def run_sample(req: SampleRequest, progress: Callable[[float], None] | None = No
         )
     diagnostics = sim_diagnostics(episodes)
     if req.critic:
-        fresh = sample_batch(req.n_tasks, req.n_per_task, req.seed + FRESH_SEED_OFFSET, params, **kw)
+        fresh = sample_batch(
+            req.n_tasks,
+            req.n_per_task,
+            req.seed + FRESH_SEED_OFFSET,
+            params,
+            call_cost=req.call_cost,
+            max_calls=req.max_calls,
+        )
         model, losses = fit_critic(
             episodes, steps=req.critic_steps, seed=req.seed, progress=lambda x: report(0.2 + 0.7 * x)
         )

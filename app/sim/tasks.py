@@ -12,6 +12,7 @@ and shifts it (see policy.py), so pass rates run from never to always solved.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # The edit operations the agent can name in `<call> edit OP </call>`; each bug is one of them.
 OPS: tuple[str, ...] = (
@@ -71,7 +72,7 @@ class Task:
 
 def run_tests(source: str, tests: tuple[tuple[str, object], ...]) -> list[bool]:
     """Execute `source`, then each test call; True where the call returns the expected value."""
-    namespace: dict = {}
+    namespace: dict[str, Any] = {}
     exec(compile(source, "<task>", "exec"), namespace)  # noqa: S102 - our own fixed task code
     out = []
     for call, expected in tests:
@@ -85,7 +86,17 @@ def run_tests(source: str, tests: tuple[tuple[str, object], ...]) -> list[bool]:
     return out
 
 
-def _t(name, bug, summary, source, old, new, visible, hidden, skill) -> Task:
+def _t(
+    name: str,
+    bug: str,
+    summary: str,
+    source: str,
+    old: str,
+    new: str,
+    visible: list[tuple[str, object]],
+    hidden: list[tuple[str, object]],
+    skill: float,
+) -> Task:
     return Task(name, bug, summary, source.strip("\n") + "\n", old, new, tuple(visible), tuple(hidden), skill)
 
 

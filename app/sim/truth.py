@@ -21,7 +21,8 @@ from app.sim.tasks import Task
 _INDEX = {s: i for i, s in enumerate(ALL_STATES)}
 
 
-_CACHE: dict[tuple, dict[State, float]] = {}
+# (task name, bug, skill, params, call_cost) -> V.
+_CACHE: dict[tuple[str, str, float, PolicyParams, float], dict[State, float]] = {}
 
 
 def exact_values(task: Task, params: PolicyParams, call_cost: float = 0.0) -> dict[State, float]:
