@@ -45,11 +45,12 @@ def _rewards32(inp: EstimatorInput, span: Tensor) -> Tensor:
 
 def _whiten(x: Tensor, span: Tensor) -> Tensor:
     """SkyRL's ``masked_whiten(x, response_mask)`` with an int64 mask: masked mean (count clamped to
-    1), unbiased variance whose N/(N-1) is an integer division (float32), ``rsqrt(var + 1e-8)``."""
+    1), unbiased variance whose N/(N-1) is an integer division (float32), ``rsqrt(var + 1e-8)``.
+    With fewer than 2 response tokens SkyRL raises; here the result is 0 (nothing to whiten against)."""
     mk = span.to(torch.int64)
     cnt = mk.sum()
     if int(cnt) < 2:
-        raise ValueError("SkyRL's whitening needs at least 2 response tokens in the batch")
+        return torch.zeros_like(x)
     den = cnt.clamp(min=1.0)
     mean = (x * mk).sum() / den
     var = ((x - mean) ** 2 * mk).sum() / den

@@ -90,10 +90,11 @@ def _group_mean_std(s: Tensor, inp: EstimatorInput, std: bool = True) -> tuple[T
 def whiten_int_mask(x: Tensor, m: Tensor) -> Tensor:
     """verl's ``masked_whiten(x, response_mask) * response_mask`` with its int64 mask: global mean
     over policy tokens, variance times N/(N-1) computed as an integer division (float32),
-    ``rsqrt(var + 1e-8)``; 0 off-mask. ValueError with fewer than 2 policy tokens (as verl)."""
+    ``rsqrt(var + 1e-8)``; 0 off-mask. With fewer than 2 policy tokens verl raises; here (as the
+    reference ``verl_gae``) the result is 0: there is nothing to whiten against."""
     n = int(m.sum().item())
     if n < 2:
-        raise ValueError("verl's whitening needs at least 2 policy tokens in the batch")
+        return torch.zeros_like(x)
     zero = torch.zeros((), dtype=x.dtype)
     mean = torch.where(m, x, zero).sum() / n
     var = torch.where(m, (x - mean) ** 2, zero).sum() / n

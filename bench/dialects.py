@@ -1,0 +1,233 @@
+"""The trainers' dialects (``estimators/dialects/``) against the trainers' own functions, on one
+agent batch: B=256, T=8192, float32, calls of 20-200 policy tokens between tool outputs of
+10-400 tokens (``bench.estimators.agent_batch``), groups of 8, an outcome on each row's last
+policy token, critic values.
+
+Each dialect runs through the registry (``estimators.compute``), timed round-robin with the
+function of the installed trainer that computes the same thing, on the same tensors in the
+layout that trainer reads (verl 0.9.1: its functions with uuid labels and the int64 mask;
+OpenRLHF 0.11.2: ``RemoteExperienceMaker.compute_advantages_and_returns`` on ``Experience``
+micro-batches of 8 rows; SkyRL 0.3.0: ``ppo_utils.compute_advantages_and_returns`` with its
+response mask). TRL computes its GRPO advantages inline in ``GRPOTrainer``: only ours is timed.
+A trainer that is not installed is skipped (``make install`` installs them all).
+
+Figures: ``<dialect>.ours_s``, ``.trainer_s`` (medians), ``.speedup`` (trainer / ours) and, per
+dialect, whether the trainer's function loops in Python (over tokens, rows or groups) or is
+vectorised (``.trainer_kind``): the goal is >= 20x over loops, >= 1x over vectorised code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import statistics
+import time
+from collections.abc import Callable
+from types import SimpleNamespace as NS
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.estimators import agent_batch
+from estimators import EstimatorInput, compute
+from estimators.dialects._common import response_span
+
+B, T, GROUP, ROUNDS, LOOP_ROUNDS = 256, 8192, 8, 9, 1
+COMPARE = True  # time the trainers' functions (their loops over T=8192 take seconds)
+QUICK = {"B": 16, "T": 256, "ROUNDS": 1, "LOOP_ROUNDS": 1, "COMPARE": False}
+
+Fn = Callable[[], Any]
+
+
+def _interleaved(fns: dict[str, Fn], rounds: int) -> dict[str, float]:
+    """Median seconds of each fn after a warm-up, timed round-robin (a load change hits all alike)."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _once(fn: Fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _batch() -> tuple[EstimatorInput, dict[str, Any]]:
+    rewards, values, mask = agent_batch(B, T, seed=3)
+    g = torch.Generator().manual_seed(4)
+    m = mask.bool()
+    last = T - 1 - m.flip(1).to(torch.uint8).argmax(1)
+    outcome = (torch.rand(B, generator=g) < 0.4).float()
+    rewards[torch.arange(B), last] += outcome
+    groups = torch.arange(B) // GROUP
+    logp = -torch.rand(B, T, generator=g) * 3
+    spp = torch.exp(2 * logp) + torch.rand(B, T, generator=g) * 0.2
+    inp = EstimatorInput(
+        rewards=rewards,
+        mask=mask,
+        values=values,
+        groups=groups,
+        gamma=0.99,
+        lam=0.95,
+        logprobs=logp,
+        sum_pi_squared=spp,
+        reward_baselines=torch.rand(B, generator=g),
+    )
+    uids = np.array([f"uid-{int(x)}" for x in groups], dtype=object)
+    return inp, {"uids": uids, "span": response_span(m)}
+
+
+def _verl_fns(inp: EstimatorInput, uids: np.ndarray) -> dict[str, tuple[Fn, str]]:
+    try:
+        from omegaconf import OmegaConf
+        from verl.trainer.ppo import core_algos as v
+    except Exception as exc:  # noqa: BLE001
+        print(f"  verl not importable ({type(exc).__name__}: {exc}); skipping it")
+        return {}
+    r, m, vals = inp.rewards, inp.mask, inp.values
+    cfg = OmegaConf.create({"gamma": inp.gamma, "norm_adv_by_std_in_grpo": True})
+    lp, spp, rb = inp.logprobs, inp.sum_pi_squared, inp.reward_baselines
+    return {
+        "gae": (lambda: v.compute_gae_advantage_return(r, vals, m, inp.gamma, inp.lam), "loop"),
+        "reinforce_plus_plus": (lambda: v.compute_reinforce_plus_plus_outcome_advantage(r, m, cfg), "loop"),
+        "grpo": (lambda: v.compute_grpo_outcome_advantage(r, m, uids), "loop"),
+        "rloo": (lambda: v.compute_rloo_outcome_advantage(r, m, uids), "loop"),
+        "opo": (lambda: v.compute_opo_outcome_advantage(r, m, uids), "loop"),
+        "gpg": (lambda: v.compute_gpg_outcome_advantage(r, m, uids), "loop"),
+        "reinforce_plus_plus_baseline": (
+            lambda: v.compute_reinforce_plus_plus_baseline_outcome_advantage(r, m, uids),
+            "loop",
+        ),
+        "gdpo": (lambda: v.compute_gdpo_outcome_advantage(r, m, uids), "loop"),
+        "grpo_passk": (lambda: v.compute_grpo_passk_outcome_advantage(r, m, uids, config=cfg), "loop"),
+        "grpo_vectorized": (lambda: v.compute_grpo_vectorized_outcome_advantage(r, m, uids), "vectorised"),
+        "rloo_vectorized": (lambda: v.compute_rloo_vectorized_outcome_advantage(r, m, uids), "vectorised"),
+        "remax": (lambda: v.compute_remax_outcome_advantage(r, rb, m), "vectorised"),
+        "optimal_token_baseline": (
+            lambda: v.compute_optimal_token_baseline_advantage(r, m, uids, lp, spp),
+            "loop",
+        ),
+        "tir_optimal_token_baseline": (
+            lambda: v.compute_multi_turn_optimal_token_baseline_advantage(r, m, uids, lp, spp),
+            "loop",
+        ),
+    }
+
+
+def _trainer_refs() -> Any:
+    """The test helper that imports OpenRLHF's and SkyRL's installed code without their GPU stacks."""
+    from tests.estimators import trainer_refs
+
+    return trainer_refs
+
+
+def _openrlhf_fns(inp: EstimatorInput) -> dict[str, tuple[Fn, str]]:
+    if importlib.util.find_spec("openrlhf") is None:
+        print("  OpenRLHF not installed; skipping it")
+        return {}
+    refs = _trainer_refs()
+    mod = refs.openrlhf_experience_maker()
+    Experience = refs.openrlhf_experience().Experience
+    scores = inp.rewards.sum(-1)
+    am = inp.mask.bool()
+    kl = torch.zeros(B, T)
+
+    def run(estimator: str) -> Any:
+        args = NS(
+            algo=NS(advantage=NS(estimator=estimator, gamma=inp.gamma, lambd=inp.lam, no_std_norm=False)),
+            rollout=NS(n_samples_per_prompt=GROUP),
+            reward=NS(clip_range=(-10, 10), overlong_buffer_len=None, stop_properly_penalty_coef=None),
+        )
+        maker = mod.RemoteExperienceMaker.__new__(mod.RemoteExperienceMaker)
+        maker.strategy, maker.args, maker.advantage_estimator = NS(args=args), args, estimator
+        maker.kl_ctl = NS(value=0.0)
+        exps = [
+            Experience(
+                action_mask=am[s : s + 8],
+                values=inp.values[s : s + 8],
+                rewards=scores[s : s + 8],
+                kl=kl[s : s + 8],
+                index=list(range(s, min(s + 8, B))),
+                info={},
+            )
+            for s in range(0, B, 8)
+        ]
+        return maker.compute_advantages_and_returns(exps)
+
+    names = ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce")
+    return {n: ((lambda n=n: run(n)), "loop") for n in names}
+
+
+def _skyrl_fns(inp: EstimatorInput, uids: np.ndarray, span: torch.Tensor) -> dict[str, tuple[Fn, str]]:
+    if importlib.util.find_spec("skyrl") is None:
+        print("  SkyRL not installed; skipping it")
+        return {}
+    p = _trainer_refs().skyrl_ppo_utils()
+    r = torch.where(span, inp.rewards, 0.0)
+    v = torch.where(span, inp.values, 0.0)
+    rm = span.long()
+
+    def run(estimator: str) -> Any:
+        return p.compute_advantages_and_returns(
+            token_level_rewards=r,
+            response_mask=rm,
+            index=uids,
+            adv_estimator=estimator,
+            config=None,
+            values=v,
+            gamma=inp.gamma,
+            lambd=inp.lam,
+        )
+
+    return {n: ((lambda n=n: run(n)), "loop") for n in ("gae", "reinforce++", "grpo", "rloo", "maxrl")}
+
+
+def run() -> dict[str, Any]:
+    torch.set_num_threads(2)
+    out: dict[str, Any] = {"load_average_1min_at_start": round(os.getloadavg()[0], 2)}
+    inp, extra = _batch()
+    out["policy_token_share"] = round(inp.mask.float().mean().item(), 3)
+    trainers: dict[str, dict[str, tuple[Fn, str]]] = {"trl": {}}
+    if COMPARE:
+        trainers["verl"] = _verl_fns(inp, extra["uids"])
+        trainers["openrlhf"] = _openrlhf_fns(inp)
+        trainers["skyrl"] = _skyrl_fns(inp, extra["uids"], extra["span"])
+    else:
+        trainers.update({"verl": {}, "openrlhf": {}, "skyrl": {}})
+    from estimators import available
+
+    for name, spec in available().items():
+        if spec.trainer not in trainers:
+            continue
+        short = name.split(":", 1)[1]
+        ours: Fn = lambda name=name: compute(name, inp)  # noqa: E731
+        theirs = trainers[spec.trainer].get(short)
+        if theirs is None:
+            out[f"{name}.ours_s"] = round(_interleaved({"ours": ours}, ROUNDS)["ours"], 5)
+            continue
+        fn, kind = theirs
+        if kind == "loop":
+            # A Python loop over T=8192 (or over rows) takes seconds to tens of seconds: time it
+            # LOOP_ROUNDS times without a warm-up, ours as usual.
+            t = _interleaved({"ours": ours}, ROUNDS)
+            t["trainer"] = statistics.median(_once(fn) for _ in range(LOOP_ROUNDS))
+        else:
+            t = _interleaved({"ours": ours, "trainer": fn}, ROUNDS)
+        out[f"{name}.ours_s"] = round(t["ours"], 5)
+        out[f"{name}.trainer_s"] = round(t["trainer"], 5)
+        out[f"{name}.trainer_kind"] = kind
+        out[f"{name}.speedup"] = round(t["trainer"] / t["ours"], 2)
+    out["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
+    return out
+
+
+if __name__ == "__main__":
+    for k, v in run().items():
+        print(f"{k:<60} {v}")
