@@ -422,3 +422,61 @@ class EpisodeScore(NamedTuple):
     slug: str
     group: str | None
     score: float
+
+
+class TrainerCaseOut(BaseModel):
+    """One canonical episode of ``GET /api/trainers``: row 0 of a small batch built to show one
+    thing trainers handle differently (estimators/conformance.py)."""
+
+    key: str
+    title: str
+    text: str
+    kinds: list[str]
+    rewards: list[float]
+    values: list[float]
+    rows: int
+    groups: list[str]
+    row_rewards: list[float]
+    truncated: dict[int, float]
+
+
+class TrainerCellOut(BaseModel):
+    """One dialect on one case: row 0's advantages, its reference's, the policy positions where
+    they differ, or the error the trainer's code raises on that batch."""
+
+    advantages: list[float | None] | None
+    reference: list[float | None] | None
+    departs: list[int]
+    error: str | None
+
+
+class TrainerEstimatorOut(BaseModel):
+    """A trainer's estimator as its dialect reproduces it."""
+
+    name: str
+    label: str
+    description: str
+    kind: str
+    reads: list[str]
+    params: dict[str, Any]
+    reference: str | None
+    departs_codes: list[str]
+    cases: dict[str, TrainerCellOut]
+
+
+class TrainerOut(BaseModel):
+    """A trainer, the version its dialects reproduce, and its estimators."""
+
+    key: str
+    name: str
+    version: str
+    estimators: list[TrainerEstimatorOut]
+
+
+class TrainersOut(BaseModel):
+    """``GET /api/trainers``: every trainer's dialects on the canonical episodes, computed live."""
+
+    gamma: float
+    lam: float
+    cases: list[TrainerCaseOut]
+    trainers: list[TrainerOut]

@@ -51,6 +51,8 @@ API_SAMPLES = "/api/samples"
 API_SAMPLE_OPTIONS = "/api/samples/options"
 SIGN_IN = "/sign-in"  # a private server's sign-in page (app/http/access.py)
 SIGN_OUT = "/sign-out"
+TRAINERS = "/trainers"  # every trainer's dialects on the canonical episodes
+API_TRAINERS = "/api/trainers"
 
 
 def episode(slug: str, view: EpisodeView | None = None) -> str:
@@ -96,9 +98,21 @@ def static(path: str) -> str:
 # ---- JSON API --------------------------------------------------------------------------------------
 
 
-def api_batches(q: str = "", source: str = "") -> str:
-    """The batch list (search ``q``, filter ``source``)."""
-    return _with_query("/api/batches", {"q": q, "source": source})
+def api_batches(q: str = "", source: str = "", steps: bool | None = None) -> str:
+    """The batch list (search ``q``, filter ``source``; ``steps``: only runs' steps, or none)."""
+    flag = "" if steps is None else str(steps).lower()
+    return _with_query("/api/batches", {"q": q, "source": source, "steps": flag})
+
+
+# The home page's "Show" choices: value -> the batch list's (source, steps) filters.
+HOME_SHOWS: dict[str, tuple[str, bool | None]] = {
+    "": ("", False),
+    "upload": ("upload", False),
+    "sample": ("sample", False),
+    "demo": ("demo", False),
+    "steps": ("", True),
+    "all": ("", None),
+}
 
 
 def api_batch(batch_id: Ref, limit: int | None = None, offset: int | None = None) -> str:

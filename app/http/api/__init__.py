@@ -2,8 +2,8 @@
 
 from fastapi import APIRouter
 
-from app.http.api import audit, batches, episodes, runs, schema, uploads
+from app.http.api import audit, batches, episodes, runs, schema, trainers, uploads
 
 router = APIRouter()
-for _mod in (uploads, episodes, batches, audit, runs, schema):
+for _mod in (uploads, episodes, batches, audit, runs, schema, trainers):
     router.include_router(_mod.router)

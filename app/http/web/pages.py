@@ -76,11 +76,16 @@ async def home(request: Request) -> Response:
     """Home: batches (search ``q``, filter ``source``) and the upload form."""
     q = request.query_params.get("q", "")
     source = request.query_params.get("source", "")
-    api = urls.api_batches(q, source)
+    if source not in urls.HOME_SHOWS:
+        source = ""
+    api = urls.api_batches(q, *urls.HOME_SHOWS[source])
     page = {"page": "home", "view": {"q": q, "source": source}}
     if wants_json(request):
         return await json_twin(request, page, api)
-    return render(request, "home.html", {"initial": {**page, "api": api}, "q": q, "source": source})
+    # Each "Show" choice's batch list query (without the search), for the script.
+    shows = {k: urls.api_batches("", *v).partition("?")[2] for k, v in urls.HOME_SHOWS.items()}
+    initial = {**page, "api": api, "shows": shows}
+    return render(request, "home.html", {"initial": initial, "q": q, "source": source})
 
 
 @router.get("/e/{slug}", response_class=HTMLResponse)
@@ -209,6 +214,15 @@ async def group_page(request: Request, batch_id: str, group: str, session: Sessi
     initial = {**page, "api": api, "batch_api": urls.api_batch(batch_id), "schemes": schemes.client_config()}
     ctx = {"initial": initial, "batch_id": batch_id}
     return render(request, "group.html", {**ctx, "group": group})
+
+
+@router.get(urls.TRAINERS, response_class=HTMLResponse)
+async def trainers_page(request: Request) -> Response:
+    """Every trainer's dialects on the canonical episodes, as token strips beside the reference."""
+    page = {"page": "trainers", "view": {}}
+    if wants_json(request):
+        return await json_twin(request, page, urls.API_TRAINERS)
+    return render(request, "trainers.html", {"initial": {**page, "api": urls.API_TRAINERS}})
 
 
 @router.get("/talk", response_class=HTMLResponse)

@@ -1,0 +1,32 @@
+"""/trainers against the real server: every trainer's dialects drawn as token strips on the
+canonical episodes, reached from the top bar, and each cell's numbers the API's."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from estimators import available
+from estimators.registry import TRAINERS
+
+pytestmark = pytest.mark.browser
+
+
+def test_trainers_page_draws_every_dialect_on_every_case(page, server):
+    page.goto("/")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Trainers").click()
+    page.wait_for_selector('#t-table[data-ready="1"]')
+    assert page.title() == "Trainers' credit, side by side · creditlens"
+    sections = page.locator("section.trainer h2").all_inner_texts()
+    assert sections == [f"{name} {version}" for name, version in TRAINERS.values()]
+    dialects = [n for n, s in available().items() if s.trainer is not None]
+    assert page.locator("tr[id^=d-]").count() == len(dialects)
+    # verl's rloo on the group of one: its score 0.7 on each of the 4 policy tokens (the API's).
+    api = httpx.get(f"{server}/api/trainers").json()
+    cell = page.locator("#d-verl_rloo td").nth(2)  # the third case: a group of one
+    boxes = cell.locator(".mini-strip").first.locator(".tok")
+    assert boxes.count() == len(api["cases"][2]["kinds"])
+    assert boxes.nth(3).get_attribute("title") == "policy: 0.7000"
+    assert boxes.nth(0).get_attribute("title") == "prompt"
+    assert page.probe.errors == [] and page.probe.csp_violations() == []
+    assert not [m for m in page.probe.console if m.startswith("error")]
