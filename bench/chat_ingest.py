@@ -6,7 +6,9 @@
   (what the service made of them, read back through ``app.ingest.parse_upload``): the ratio —
   goal chat ≤ 2× native;
 * format detection on the 100 MB file, as JSONL and as one JSON array: it reads the first record
-  only (milliseconds, not the parse of the whole file).
+  only (milliseconds, not the parse of the whole file);
+* the structural reader (format ``transcript``, app/ingest/_structure.py: messages found by shape)
+  on the same file against the dedicated tau_bench importer, parsing alone: goal ≤ 1.2×.
 
 ``CREDITLENS_BENCH_QUICK=1`` (or ``python -m bench chat_ingest --quick`` via the env) makes the file
 10 MB. The server is ``uvicorn app.main:create_app`` on a temp SQLite file (tests/live_server.py),
@@ -22,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -67,8 +70,28 @@ def _until_computable(c: httpx.Client, name: str, body: bytes) -> float:
     return time.perf_counter() - t0
 
 
+def _parse_seconds(chat: bytes, iter_upload: Any, fmt: str) -> float:
+    """Seconds to read every episode of ``chat`` as format ``fmt`` (parsing alone, no storage)."""
+    t0 = time.perf_counter()
+    n = sum(1 for _ in iter_upload(chat, fmt=fmt)[1])
+    assert n == chat.count(b"\n")
+    return time.perf_counter() - t0
+
+
+def _structural_vs_dedicated(chat: bytes, iter_upload: Any, repeats: int = 2) -> dict:
+    """The structural reader (format ``transcript``: messages found by shape) against the
+    dedicated tau_bench importer on the same file, best of ``repeats`` each: goal ≤ 1.2×."""
+    dedicated = min(_parse_seconds(chat, iter_upload, "tau_bench") for _ in range(repeats))
+    structural = min(_parse_seconds(chat, iter_upload, "transcript") for _ in range(repeats))
+    return {
+        "parse_dedicated_seconds": round(dedicated, 2),
+        "parse_structural_seconds": round(structural, 2),
+        "ratio_structural_over_dedicated": round(structural / dedicated, 2),
+    }
+
+
 def run() -> dict:
-    from app.ingest import detect, parse_upload
+    from app.ingest import detect, iter_upload, parse_upload
 
     quick = os.environ.get("CREDITLENS_BENCH_QUICK") == "1" or "--quick" in sys.argv
     target = (10 if quick else 100) * 1_000_000
@@ -92,6 +115,8 @@ def run() -> dict:
     assert detect(array) == "tau_bench"
     out["detect_json_array_ms"] = round((time.perf_counter() - t0) * 1000, 2)
     del array
+
+    out.update(_structural_vs_dedicated(chat, iter_upload, repeats=1 if quick else 2))
 
     parsed = parse_upload(chat)
     native = "".join(ep.model_dump_json(exclude_none=True) + "\n" for ep in parsed.episodes).encode()

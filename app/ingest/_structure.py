@@ -57,7 +57,7 @@ from typing import Any
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import add_text
 from app.ingest._common import scalar_meta, short_hash
-from app.ingest._roles import Kind, normalise, role_kind
+from app.ingest._roles import ROLE_KINDS, Kind, normalise, role_kind
 from app.ingest._spans import SpanBuilder
 
 MAX_DEPTH = 4
@@ -194,6 +194,9 @@ def item_shape(x: Any) -> str | None:
         return None
     if not isinstance(x, dict):
         return None
+    role = x.get("role")
+    if isinstance(role, str) and role and "source" not in x:  # the common case, decided at once
+        return "responses" if x.get("type") == "message" else "role"
     if _is_event(x):
         return "event"
     t = x.get("type")
@@ -457,7 +460,9 @@ class _Ctx:
     unknown_roles: dict[str, int] = field(default_factory=dict)
 
     def kind(self, role: str) -> Kind:
-        k = role_kind(role)
+        k = ROLE_KINDS.get(role)  # the table's own spelling: no normalising needed
+        if k is None:
+            k = role_kind(role)
         if k is None:
             r = normalise(role)
             self.unknown_roles[r] = self.unknown_roles.get(r, 0) + 1
@@ -552,19 +557,24 @@ def _content(x: dict[str, Any]) -> Any:
     return None
 
 
+_CHAT_POLICY = frozenset({"assistant", "model", "gpt", "agent", "ai"})
+
+
 def _read_role_message(x: dict[str, Any], role: str, ctx: _Ctx) -> list[Msg]:
     """A role/content message; typed blocks split it into the policy's text and calls, tool
     results and prompt text."""
     kind = ctx.kind(role)
     content = _content(x)
-    calls = _calls_of_message(x) if kind == "policy" else []
-    if normalise(role) in ("function_call", "tool_call") and isinstance(content, str):
-        return [Msg("policy", role, "", [call_of(content)])]  # ShareGPT: the value is the call
-    if kind == "prompt" and _calls_of_message(x):
-        # A simulated user that calls tools (tau2 telecom): shown, never trained on.
-        content = text_of(content) + "".join(
-            f"\n<tool_call>{n} {a}</tool_call>" for n, a in _calls_of_message(x)
-        )
+    has_calls = "tool_calls" in x or "function_call" in x or "additional_kwargs" in x
+    calls = _calls_of_message(x) if kind == "policy" and has_calls else []
+    if kind == "policy" and role not in _CHAT_POLICY and isinstance(content, str):
+        if normalise(role) in ("function_call", "tool_call"):
+            return [Msg("policy", role, "", [call_of(content)])]  # ShareGPT: the value is the call
+    if kind == "prompt" and has_calls:
+        user_calls = _calls_of_message(x)
+        if user_calls:
+            # A simulated user that calls tools (tau2 telecom): shown, never trained on.
+            content = text_of(content) + "".join(f"\n<tool_call>{n} {a}</tool_call>" for n, a in user_calls)
     if not isinstance(content, list):
         return [Msg(kind, role, text_of(content), calls)]
     out: list[Msg] = []
@@ -666,10 +676,10 @@ def _read_event(x: dict[str, Any]) -> list[Msg]:
     return [Msg("policy", "assistant", shown, calls)]
 
 
-def read_item(x: Any, ctx: _Ctx) -> list[Msg]:
+def read_item(x: Any, ctx: _Ctx, shape: str | None = None) -> list[Msg]:
     """The messages of one list item (a message may split into several: an assistant's text and
-    calls, a user turn carrying tool results)."""
-    sh = item_shape(x)
+    calls, a user turn carrying tool results). ``shape``: its :func:`item_shape`, when known."""
+    sh = shape or item_shape(x)
     if sh is None:
         return []
     if sh == "pair":
@@ -706,7 +716,16 @@ def read_messages(items: Iterable[Any], ctx: _Ctx) -> list[Msg]:
     """The messages of a message list, in order (items that are not messages are skipped)."""
     out: list[Msg] = []
     for x in flatten(items):
-        out.extend(read_item(x, ctx))
+        if (
+            type(x) is dict
+            and type(x.get("role")) is str
+            and x["role"]
+            and "source" not in x
+            and "type" not in x
+        ):
+            out.extend(_read_role_message(x, x["role"], ctx))  # the common case, read at once
+        else:
+            out.extend(read_item(x, ctx))
     return out
 
 
