@@ -28,7 +28,7 @@ from app.lab.figures.horizon import compute as horizon  # noqa: F401
 from app.lab.figures.lambda_sweep import compute as lambda_sweep  # noqa: F401
 from app.lab.figures.recovery import compute as recovery  # noqa: F401
 from app.lab.figures.variable_horizon import compute as variable_horizon  # noqa: F401
-from app.lab.params import canonical_json
+from app.lab.params import Params, Result, canonical_json
 from app.storage.lab_models import LabResult
 from estimators.threads import one_thread
 
@@ -36,7 +36,7 @@ from estimators.threads import one_thread
 PARAMS = {name: m.PARAMS for name, m in figures().items()}
 
 
-def run_figure(figure: str, params: dict) -> dict:
+def run_figure(figure: str, params: Params) -> Result:
     """The figure's ``compute(params)`` on one thread, without autograd (what the API and bench call)."""
     with one_thread():
         return figures()[figure].compute(params)
@@ -44,7 +44,7 @@ def run_figure(figure: str, params: dict) -> dict:
 
 # Each heavy figure's work (numbers held at once, ~8 bytes each) and what to reduce: measured
 # peaks are ~70 float64 per (episode, step) of the lambda sweep and ~160 per recovery episode.
-WORK: dict[str, tuple[Callable[[dict], int], str]] = {
+WORK: dict[str, tuple[Callable[[Params], int], str]] = {
     "lambda": (
         lambda p: p["episodes"] * p["horizon"] * (len(p["lams"]) + 64),
         "Reduce `episodes`, `horizon` or the number of `lams`.",
@@ -57,7 +57,7 @@ WORK: dict[str, tuple[Callable[[dict], int], str]] = {
 TOUCH_EVERY = 60.0
 
 
-def check_work(figure: str, params: dict, budget: int) -> None:
+def check_work(figure: str, params: Params, budget: int) -> None:
     """ApiError 413 when the figure's work for ``params`` exceeds ``budget`` (CREDITLENS_LAB_MAX_WORK)."""
     if figure not in WORK:
         return
@@ -79,8 +79,8 @@ def _stored(session: Session, figure: str, key: str) -> LabResult | None:
 
 
 def cached_result(
-    session: Session, figure: str, params: dict, settings: Settings | None = None
-) -> tuple[dict, bool]:
+    session: Session, figure: str, params: Params, settings: Settings | None = None
+) -> tuple[Result, bool]:
     """(result, cache_hit): the stored result for these canonical parameters, or compute and store
     it. A miss is first checked against the work budget (413); the cache keeps at most
     ``lab_cache_rows`` rows and ``lab_cache_bytes`` of result JSON, least recently used first out.
@@ -121,7 +121,7 @@ def _touch(session: Session, row: LabResult) -> None:
     if (now - created).total_seconds() < TOUCH_EVERY:
         return
     try:
-        session.execute(update(LabResult).where(LabResult.id == row.id).values(created_at=now))
+        session.execute(update(LabResult).where(col(LabResult.id) == row.id).values(created_at=now))
         session.commit()
     except SQLAlchemyError:  # e.g. the row was evicted meanwhile, or the database is busy
         session.rollback()
@@ -136,7 +136,7 @@ def evict(session: Session, max_rows: int, max_bytes: int) -> int:
         )
     ).all()
     kept = total = 0
-    drop = []
+    drop: list[int] = []
     for rid, n in rows:  # newest use first: keep a prefix, drop the rest
         if not drop and kept < max_rows and total + (n or 0) <= max_bytes:
             kept += 1
@@ -152,7 +152,7 @@ def evict(session: Session, max_rows: int, max_bytes: int) -> int:
     return len(drop)
 
 
-def csv_text(figure: str, result: dict) -> str:
+def csv_text(figure: str, result: Result) -> str:
     """The figure's CSV twin: its ``csv_rows``, columns in order of first appearance, null as empty."""
     rows = figures()[figure].csv_rows(result)
     fields: list[str] = []

@@ -16,6 +16,10 @@ from typing import Any
 
 from app.core.errors import ApiError
 
+# A figure's canonical parameters (:func:`parse`) and its result: plain JSON values.
+Params = dict[str, Any]
+Result = dict[str, Any]
+
 
 def param_error(field: str | None, message: str, code: str = "invalid_param") -> ApiError:
     """A rejected query parameter: a 422 in the service's one error shape, ``field`` naming it."""
@@ -117,7 +121,7 @@ def _fmt(x: float | None) -> str:
 RESERVED = {"format"}
 
 
-def parse(specs: Mapping[str, Param], query: Mapping[str, str] | list[tuple[str, str]]) -> dict:
+def parse(specs: Mapping[str, Param], query: Mapping[str, str] | list[tuple[str, str]]) -> Params:
     """Canonical parameters from a raw query: unknown names and repeated names are errors."""
     items = list(query.items()) if isinstance(query, Mapping) else list(query)
     seen: dict[str, str] = {}

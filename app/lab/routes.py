@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from functools import lru_cache
-from types import ModuleType
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -21,8 +21,8 @@ from app.core.errors import ApiError
 from app.core.resources import static_dir
 from app.http.templating import templates
 from app.lab.compute import cached_result, csv_text
-from app.lab.figures import figures, pages
-from app.lab.params import parse
+from app.lab.figures import Figure, figures, pages
+from app.lab.params import Params, parse
 from app.storage.db import SessionDep
 
 router = APIRouter(tags=["lab"])
@@ -64,7 +64,7 @@ _add_api_routes()
 # ---- pages -----------------------------------------------------------------------------------------
 
 
-def _form_fields(mod: ModuleType, params: dict) -> list[dict]:
+def _form_fields(mod: Figure, params: Params) -> list[dict[str, Any]]:
     out = []
     for name, spec in mod.PARAMS.items():
         value = params.get(name, spec.default)

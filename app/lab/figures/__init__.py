@@ -20,15 +20,64 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
 from functools import lru_cache
-from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from app.lab.params import Param, Params, Result
+
+
+class Figure(Protocol):
+    """What a figure module has (the list above)."""
+
+    @property
+    def NAME(self) -> str: ...
+    @property
+    def ORDER(self) -> int: ...
+    @property
+    def VERSION(self) -> int: ...
+    @property
+    def TITLE(self) -> str | None: ...
+    @property
+    def SUMMARY(self) -> str: ...
+    @property
+    def INTRO(self) -> str: ...
+    @property
+    def PARAMS(self) -> Mapping[str, Param]: ...
+
+    def compute(self, p: Params) -> Result: ...
+
+    def csv_rows(self, result: Result) -> list[dict[str, Any]]: ...
+
+
+if TYPE_CHECKING:  # mypy checks that every figure module is a Figure
+    from app.lab.figures import (
+        delayed_horizon,
+        difficulty,
+        horizon,
+        lambda_sweep,
+        oracle,
+        recovery,
+        variable_horizon,
+    )
+
+    _CHECKED: tuple[Figure, ...] = (
+        delayed_horizon,
+        difficulty,
+        horizon,
+        lambda_sweep,
+        oracle,
+        recovery,
+        variable_horizon,
+    )
 
 
 @lru_cache
-def figures() -> dict[str, ModuleType]:
+def figures() -> dict[str, Figure]:
     """Every figure module by NAME, in ORDER."""
+    # Found at run time; their shape is checked statically above.
     mods = [
-        importlib.import_module(f"{__name__}.{info.name}")
+        cast(Figure, importlib.import_module(f"{__name__}.{info.name}"))
         for info in pkgutil.iter_modules(__path__)
         if not info.name.startswith("_")
     ]

@@ -6,9 +6,10 @@ the horizon H. Several seeds, mean ± 1 standard error."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from app.core.errors import ApiError
-from app.lab.params import Param
+from app.lab.params import Param, Params, Result
 from estimators import available
 from estimators.oracles import delayed_horizon_sweep
 
@@ -63,12 +64,12 @@ PARAMS = {
 }
 
 
-def work(p: dict) -> int:
+def work(p: Params) -> int:
     """The sweep's work units (see MAX_WORK)."""
-    return p["seeds"] * p["batch"] * sum(p["horizons"]) * len(p["estimators"])
+    return int(p["seeds"] * p["batch"] * sum(p["horizons"]) * len(p["estimators"]))
 
 
-def check_budget(p: dict, units: int, limit: int, what: str) -> None:
+def check_budget(units: int, limit: int, what: str) -> None:
     """413 naming the work and what to reduce when ``units`` exceeds ``limit``."""
     if units > limit:
         raise ApiError(
@@ -80,9 +81,9 @@ def check_budget(p: dict, units: int, limit: int, what: str) -> None:
         )
 
 
-def compute(p: dict) -> dict:
+def compute(p: Params) -> Result:
     """Leakage and gradient metrics per (H, estimator), via estimators.oracles.delayed_horizon_sweep."""
-    check_budget(p, work(p), MAX_WORK, "seeds x batch x sum of horizons x estimators")
+    check_budget(work(p), MAX_WORK, "seeds x batch x sum of horizons x estimators")
     started = time.perf_counter()
     seeds = list(range(p["seed"], p["seed"] + p["seeds"]))
     rows = delayed_horizon_sweep(
@@ -98,7 +99,7 @@ def compute(p: dict) -> dict:
     }
 
 
-def csv_rows(result: dict) -> list[dict]:
+def csv_rows(result: Result) -> list[dict[str, Any]]:
     """One row per (horizon, estimator): each metric's mean, SE and number of seeds."""
     out = []
     for r in result["rows"]:

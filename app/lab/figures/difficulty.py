@@ -3,9 +3,11 @@ attempts against the task's pass rate, with and without division by the group's 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from app.lab.params import Param
+from app.lab.params import Param, Params, Result
 
 NAME = "difficulty"
 ORDER = 2
@@ -37,7 +39,7 @@ def _group_stds(G: int, std: str) -> torch.Tensor:
     return groups.std(dim=1, unbiased=(std == "sample"))
 
 
-def compute(p: dict) -> dict:
+def compute(p: Params) -> Result:
     """Expected total |advantage| of a group of G vs pass rate, with and without std normalisation.
 
     Exact binomial sums: E = sum_k C(G,k) p^k (1-p)^(G-k) T(k), T(k) = sum_i |r_i - mean| = 2k(G-k)/G,
@@ -75,7 +77,7 @@ def compute(p: dict) -> dict:
         for i in range(len(ps))
     ]
 
-    def at(pp: float) -> dict:
+    def at(pp: float) -> dict[str, float | None]:
         wi = pmf(torch.tensor([pp], dtype=torch.float64))[0]
         a, b = float(wi @ total_abs), float(wi @ norm_abs)
         return {
@@ -124,6 +126,7 @@ def compute(p: dict) -> dict:
     }
 
 
-def csv_rows(result: dict) -> list[dict]:
+def csv_rows(result: Result) -> list[dict[str, Any]]:
     """One row per pass rate of the grid."""
-    return result["curve"]
+    rows: list[dict[str, Any]] = result["curve"]
+    return rows

@@ -4,10 +4,11 @@ away, counted in policy tokens and in turns."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-from app.lab.params import Param
+from app.lab.params import Param, Params, Result
 
 NAME = "horizon"
 ORDER = 3
@@ -26,7 +27,7 @@ PARAMS = {
 }
 
 
-def compute(p: dict) -> dict:
+def compute(p: Params) -> Result:
     """The weight (gamma*lam)^L the direct path gives an outcome L steps away, per token and per turn."""
     gamma = p["gamma"]
     # A log grid of token distances, plus the checkpoints below.
@@ -74,7 +75,7 @@ def compute(p: dict) -> dict:
     }
 
 
-def csv_rows(result: dict) -> list[dict]:
+def csv_rows(result: Result) -> list[dict[str, Any]]:
     """One row per (unit, lambda, distance): token-level curves, then turn-level ones."""
     out = [
         {"unit": "tokens", "lam": c["lam"], "distance": L, "weight": w}

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import torch
 
-from app.lab.params import Param, as_fraction, param_error
+from app.lab.params import Param, Params, Result, as_fraction, param_error
 from estimators import gae
 from estimators.oracles import (
     episode_gradients,
@@ -47,7 +48,7 @@ PARAMS = {
 }
 
 
-def compute(p: dict) -> dict:
+def compute(p: Params) -> Result:
     """Relative bias and per-episode variance of the GAE policy gradient on R1, per (critic, lambda).
 
     One batch of episodes is shared by every (critic, lambda): one [B, T] GAE call each, and the
@@ -157,6 +158,6 @@ def compute(p: dict) -> dict:
     }
 
 
-def csv_rows(result: dict) -> list[dict]:
+def csv_rows(result: Result) -> list[dict[str, Any]]:
     """One row per (critic, lambda)."""
     return [{"critic": s["critic"], **pt} for s in result["series"] for pt in s["points"]]

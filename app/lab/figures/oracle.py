@@ -3,11 +3,13 @@ of one oracle MDP under one policy (JSON and CSV only; no page)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 import torch
 
-from app.lab.params import Param, as_fraction, param_error
+from app.lab.params import Param, Params, Result, as_fraction, param_error
 from estimators.oracles import (
     delayed_effect_env,
     exact_gradient,
@@ -45,7 +47,7 @@ def _frac_str(x: Fraction, exact: bool) -> str | None:
     return str(x) if exact else None
 
 
-def compute(p: dict) -> dict:
+def compute(p: Params) -> Result:
     """Exact V, Q, A of every (t, state, action), visitation, J and E[length] for one env and policy.
 
     Fraction strings are given when the policy is exact (uniform, or a decimal STOP probability);
@@ -70,7 +72,8 @@ def compute(p: dict) -> dict:
     dense = mdp.dense()
     if env == "horizon" and p["p_stop"] >= 0:
         ps = as_fraction(p["p_stop"])
-        policy = {
+        # Exact probabilities where the policy has them, floats from a softmax otherwise.
+        policy: Mapping[tuple[int, str], Mapping[str, Fraction | float]] = {
             (t, s): ({"STOP": ps, "CONTINUE": 1 - ps} if len(acts) == 2 else {"STOP": Fraction(1)})
             for (t, s), acts in mdp.avail.items()
         }
@@ -128,6 +131,7 @@ def compute(p: dict) -> dict:
     }
 
 
-def csv_rows(result: dict) -> list[dict]:
+def csv_rows(result: Result) -> list[dict[str, Any]]:
     """One row per (t, state, action)."""
-    return result["rows"]
+    rows: list[dict[str, Any]] = result["rows"]
+    return rows

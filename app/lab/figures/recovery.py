@@ -5,15 +5,16 @@ advantage, this project's estimators and verl's own functions when installed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from fractions import Fraction
+from types import ModuleType
 from typing import Any
 
 import torch
 
 from app.core.errors import ApiError
 from app.core.schemes import BASELINES
-from app.lab.params import Param, as_fraction
+from app.lab.params import Param, Params, Result, as_fraction
 from estimators import EstimatorInput, available, gae
 from estimators import compute as run_estimator
 from estimators.oracles import (
@@ -26,6 +27,7 @@ from estimators.oracles import (
     softmax_policy,
     solve,
 )
+from estimators.oracles.policy import EpisodeBatch
 from estimators.oracles.runner import BatchContext, _mean_se
 
 NAME = "recovery"
@@ -54,7 +56,7 @@ PARAMS = {
 }
 
 
-def _verl_algos():
+def _verl_algos() -> tuple[ModuleType | None, Callable[..., Any] | None, str | None]:
     """verl's core_algos module, or the reason it is unavailable (first import takes ~10 s)."""
     try:
         import verl.trainer.ppo.core_algos as core_algos  # noqa: PLC0415
@@ -65,7 +67,7 @@ def _verl_algos():
 
 
 # This project's outcome estimators: (registry name, row label, parameters).
-OURS = [
+OURS: list[tuple[str, str, dict[str, Any]]] = [
     *((name, BASELINES[name], {}) for name in ("grpo", "dr_grpo", "rloo")),
     ("reinforce_plus_plus", "REINFORCE++ (whitened)", {}),
 ]
@@ -77,12 +79,20 @@ GAE_ROWS = [
 
 
 CreditFn = Callable[[BatchContext], torch.Tensor]
+# The exact value of every step of a sampled batch (0 off-mask).
+ValueFn = Callable[[EpisodeBatch], torch.Tensor]
 
 
-def _rows(core, AlgoConfig, registered, notes: list[str], v_exact) -> list[tuple[str, str, str, CreditFn]]:
+def _rows(
+    core: ModuleType | None,
+    AlgoConfig: Callable[..., Any] | None,
+    registered: Mapping[str, object],
+    notes: list[str],
+    v_exact: ValueFn,
+) -> list[tuple[str, str, str, CreditFn]]:
     """Every row of the figure: (name, label, source, credit of a sampled batch)."""
 
-    def ours(name: str, kw: dict) -> CreditFn:
+    def ours(name: str, kw: dict[str, Any]) -> CreditFn:
         def fn(ctx: BatchContext) -> torch.Tensor:
             b = ctx.batch
             groups = torch.zeros(b.mask.shape[0], dtype=torch.long)
@@ -125,12 +135,12 @@ def _rows(core, AlgoConfig, registered, notes: list[str], v_exact) -> list[tuple
                 gae_row("exact", lam, False),
             )
         )
-    if core is not None:
+    if core is not None and AlgoConfig is not None:
         rows += _verl_rows(core, AlgoConfig, v_exact)
     return rows
 
 
-def compute(p: dict) -> dict:
+def compute(p: Params) -> Result:
     """The recovery diagnostic on RecoveryEnv under the uniform policy, for any q, batch, seed and
     number of seeds (seeds ``seed .. seed + seeds - 1``, one independent batch each).
 
@@ -162,7 +172,7 @@ def compute(p: dict) -> dict:
     bad, rec = mdp.a_index["BAD"], mdp.a_index["RECOVER"]
     notes: list[str] = []
 
-    def v_exact(b) -> torch.Tensor:
+    def v_exact(b: EpisodeBatch) -> torch.Tensor:
         return v_table[t_idx, b.states] * b.mask
 
     verl_status, core, AlgoConfig = "off", None, None
@@ -184,7 +194,7 @@ def compute(p: dict) -> dict:
 
     bench = benchmark(mdp, [(name, recording(name, fn)) for name, _, _, fn in rows], seeds, n)
     by_name = {r["name"]: r for r in bench["estimators"]}
-    out_rows: list[dict] = []
+    out_rows: list[dict[str, Any]] = []
     successes = selected = 0
     for name, label, source, _ in rows:
         row: dict[str, Any] = {"name": name, "label": label, "source": source}
@@ -238,26 +248,31 @@ def compute(p: dict) -> dict:
     }
 
 
-def _verl_rows(core, AlgoConfig, v_exact) -> list[tuple[str, str, str, CreditFn]]:
+def _verl_rows(
+    core: ModuleType, AlgoConfig: Callable[..., Any], v_exact: ValueFn
+) -> list[tuple[str, str, str, CreditFn]]:
     """verl 0.9.1's own functions on the same packed batch (float64, one group)."""
     import numpy as np  # noqa: PLC0415
 
     def call(kind: str, **kw: Any) -> CreditFn:
         def fn(ctx: BatchContext) -> torch.Tensor:
             r, m = ctx.batch.rewards.clone(), ctx.batch.mask.clone()
+            adv: torch.Tensor  # verl's functions return (advantages, returns)
             if kind == "grpo":
                 index = np.array(["batch"] * r.shape[0], dtype=object)
-                return core.compute_grpo_outcome_advantage(r, m, index, **kw)[0]
-            if kind == "rloo":
+                adv = core.compute_grpo_outcome_advantage(r, m, index, **kw)[0]
+            elif kind == "rloo":
                 index = np.array(["batch"] * r.shape[0], dtype=object)
-                return core.compute_rloo_outcome_advantage(r, m, index)[0]
-            if kind == "rpp":
-                return core.compute_reinforce_plus_plus_outcome_advantage(r, m, config=AlgoConfig(gamma=1.0))[
+                adv = core.compute_rloo_outcome_advantage(r, m, index)[0]
+            elif kind == "rpp":
+                adv = core.compute_reinforce_plus_plus_outcome_advantage(r, m, config=AlgoConfig(gamma=1.0))[
                     0
                 ]
-            v = v_exact(ctx.batch)
-            values = v if kw["critic"] == "exact" else torch.zeros_like(v)
-            return core.compute_gae_advantage_return(r, values.clone(), m, gamma=1.0, lam=kw["lam"])[0]
+            else:
+                v = v_exact(ctx.batch)
+                values = v if kw["critic"] == "exact" else torch.zeros_like(v)
+                adv = core.compute_gae_advantage_return(r, values.clone(), m, gamma=1.0, lam=kw["lam"])[0]
+            return adv
 
         return fn
 
@@ -272,7 +287,7 @@ def _verl_rows(core, AlgoConfig, v_exact) -> list[tuple[str, str, str, CreditFn]
     return rows
 
 
-def csv_rows(result: dict) -> list[dict]:
+def csv_rows(result: Result) -> list[dict[str, Any]]:
     """One row per estimator, its credit metrics flattened (the per-turn list left out); with
     several seeds, each mean's standard error as ``<name>_se`` and the across-seed gradient
     metrics as ``across_seeds_<name>``."""

@@ -6,9 +6,10 @@ mean ± 1 standard error."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from app.lab.figures.delayed_horizon import SWEEP_PARAMS, check_budget
-from app.lab.params import Param
+from app.lab.params import Param, Params, Result
 from estimators.oracles import variable_horizon_sweep
 
 NAME = "variable_horizon"
@@ -47,16 +48,16 @@ PARAMS = {
 }
 
 
-def work(p: dict) -> int:
+def work(p: Params) -> int:
     """The sweep's work units (see MAX_WORK)."""
-    return (
+    return int(
         p["seeds"] * p["batch"] * len(p["stop_probabilities"]) * len(p["stop_rewards"]) * len(p["estimators"])
     )
 
 
-def compute(p: dict) -> dict:
+def compute(p: Params) -> Result:
     """Per-turn bias per (p, estimator, t), via estimators.oracles.variable_horizon_sweep."""
-    check_budget(p, work(p), MAX_WORK, "seeds x batch x stop probabilities x horizon x estimators")
+    check_budget(work(p), MAX_WORK, "seeds x batch x stop probabilities x horizon x estimators")
     started = time.perf_counter()
     seeds = list(range(p["seed"], p["seed"] + p["seeds"]))
     rows = variable_horizon_sweep(
@@ -78,7 +79,7 @@ def compute(p: dict) -> dict:
     }
 
 
-def csv_rows(result: dict) -> list[dict]:
+def csv_rows(result: Result) -> list[dict[str, Any]]:
     """One row per (p, estimator, t): pooled bias and steps, per-seed mean, SE and seeds."""
     return [
         {
