@@ -1,6 +1,6 @@
 // Home: batches (search + source filter, state in the URL), episodes per batch, the newest training
 // runs, upload with drag and drop.
-import { $ } from "./page.js";
+import { $, when } from "./page.js";
 import { ApiError, el, fetchJSON, fetchJSONPage, fmt, markOpen, readInitial, urls } from "./util.js";
 
 const init = readInitial();
@@ -13,16 +13,18 @@ function batchesOf(body) {
 async function loadBatches() {
   const q = $("q").value.trim();
   const source = $("source").value;
-  const params = new URLSearchParams();
-  if (q) params.set("q", q);
-  if (source) params.set("source", source);
-  const qs = params.toString();
+  const page = new URLSearchParams();
+  if (q) page.set("q", q);
+  if (source) page.set("source", source);
   // The search lives in the query string; the fragment (e.g. /#runs from the nav) is kept.
-  history.replaceState(null, "", urls.home(qs) + location.hash);
+  history.replaceState(null, "", urls.home(page.toString()) + location.hash);
+  // The API's filters of the "Show" choice (app/core/urls.py HOME_SHOWS), plus the search.
+  const api = new URLSearchParams(init.shows[source] ?? init.shows[""]);
+  if (q) api.set("q", q);
   const status = $("batches-status");
   status.textContent = "Loading…";
   try {
-    const list = batchesOf(await fetchJSON(urls.apiBatches(qs)));
+    const list = batchesOf(await fetchJSON(urls.apiBatches(api.toString())));
     renderBatches(list);
     document.body.dataset.ready = "1";
     markOpen();
@@ -30,7 +32,7 @@ async function loadBatches() {
       ? `${list.length} batch${list.length === 1 ? "" : "es"}${q ? ` matching “${q}”` : ""}.`
       : q || source
         ? "No batch matches."
-        : "No batches yet: upload a file, or start the server with --demo.";
+        : "No uploads yet: upload a file (on the right), or sample one from the simulator.";
   } catch (err) {
     status.textContent = `Could not list batches: ${err.describe ? err.describe() : err}`;
   }
@@ -55,7 +57,7 @@ function renderBatches(list) {
       el("td", {}, el("a", { href: urls.batch(b.ref ?? b.id) }, b.name || `batch ${b.id}`)),
       el("td", {}, b.source || ""),
       el("td", { class: "num" }, String(b.n_episodes ?? "")),
-      el("td", {}, (b.created_at || "").replace("T", " ").slice(0, 19)),
+      el("td", {}, when(b.created_at)),
       el("td", {}, toggle),
     );
     let detail = null;
@@ -81,7 +83,7 @@ function renderBatches(list) {
   $("batches").replaceChildren(el("thead", {}, head), body);
 }
 
-export function episodeTable(eps) {
+function episodeTable(eps) {
   const t = el("table", { class: "data" });
   t.append(
     el("thead", {}, el("tr", {}, ["Episode", "Task", "Group", "Reward", "Tokens"].map((h) => el("th", { scope: "col" }, h)))),
@@ -108,10 +110,17 @@ export function episodeTable(eps) {
 const RUNS_SHOWN = 20;
 const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
 
+// The sparklines' metrics (app/core/metrics.py names) and how each is shown.
+const SPARKS = [
+  { name: "pass_rate", label: "pass rate", color: "#4d9221" },
+  { name: "nonpolicy_advantage_share", label: "|A| off policy", color: "#e08214" },
+];
+
 async function loadRuns() {
   const status = $("runs-status");
   try {
-    const { body, total } = await fetchJSONPage(urls.apiRuns(`limit=${RUNS_SHOWN}`));
+    const qs = `limit=${RUNS_SHOWN}&spark=${SPARKS.map((s) => s.name).join(",")}`;
+    const { body, total } = await fetchJSONPage(urls.apiRuns(qs));
     const list = Array.isArray(body) ? body : body.runs || [];
     renderRuns(list);
     const n = total ?? list.length;
@@ -120,20 +129,56 @@ async function loadRuns() {
       : n > list.length
         ? `The ${list.length} newest of ${n} runs.`
         : `${plural(n, "run", "runs")}.`;
+    // "Start here" links the demo run with the credit bug when this server has it.
+    const demo = list.find((r) => /credit bug/.test(r.name || ""));
+    if (demo) $("start-demo-link").href = urls.run(demo.ref ?? demo.id);
+    else $("start-demo").hidden = true;
   } catch (err) {
     status.textContent = `Could not list runs: ${err.describe ? err.describe() : err}`;
   }
+  $("runs-table").dataset.ready = "1";
   $("runs").dataset.ready = "1";
   // Opened as /#runs: the table is drawn after the browser scrolled to the (then empty) section.
   if (location.hash === "#runs") $("runs").scrollIntoView();
 }
+
+const SVG = "http://www.w3.org/2000/svg";
+
+/** A small line of [[step, value], ...] (0 to its max, or to 1 for shares), its last value beside it. */
+function sparkline(points, spec) {
+  const w = 96;
+  const h = 22;
+  const cell = el("td", { class: "spark", dataset: { metric: spec.name } });
+  if (!points || !points.length) return cell.append("—"), cell;
+  const ys = points.map((p) => p[1]);
+  const top = Math.max(1e-12, ...ys.map(Math.abs));
+  const x0 = points[0][0];
+  const dx = Math.max(1, points[points.length - 1][0] - x0);
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("width", String(w));
+  svg.setAttribute("height", String(h));
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("role", "img");
+  const last = ys[ys.length - 1];
+  svg.setAttribute("aria-label", `${spec.label} over ${points.length} steps, last ${fmtShare(last)}`);
+  const line = document.createElementNS(SVG, "polyline");
+  line.setAttribute("fill", "none");
+  line.setAttribute("stroke", spec.color);
+  line.setAttribute("stroke-width", "1.5");
+  line.setAttribute("points", points.map(([x, y]) => `${(((x - x0) / dx) * (w - 2) + 1).toFixed(1)},${(h - 2 - (Math.max(0, y) / top) * (h - 4)).toFixed(1)}`).join(" "));
+  svg.append(line);
+  cell.append(svg, el("span", { class: "spark-last" }, fmtShare(last)));
+  return cell;
+}
+
+const fmtShare = (x) => (x === null || x === undefined ? "—" : `${Math.round(100 * x)}%`);
 
 function renderRuns(list) {
   if (!list.length) {
     $("runs-table").replaceChildren();
     return;
   }
-  const head = el("tr", {}, ["Run", "Steps", "Last step", "Created"].map((h) => el("th", { scope: "col" }, h)));
+  const head = el("tr", {}, ["Run", "Steps", "Last step", ...SPARKS.map((s) => s.label), "Id", "Created"].map((h) => el("th", { scope: "col" }, h)));
   const body = el("tbody");
   for (const r of list) {
     const ref = r.ref ?? r.id;
@@ -142,14 +187,28 @@ function renderRuns(list) {
         "tr",
         { dataset: { run: String(ref) } },
         el("td", {}, el("a", { href: urls.run(ref) }, r.name || `run ${r.id}`)),
-        el("td", { class: "num" }, r.n_steps ? plural(r.n_steps, "step", "steps") : "no steps yet"),
+        el("td", { class: "num" }, r.n_steps ? String(r.n_steps) : "no steps yet"),
         el("td", { class: "num" }, r.last_step ?? "—"),
-        el("td", {}, (r.created_at || "").replace("T", " ").slice(0, 19)),
+        ...SPARKS.map((s) => sparkline(r.spark && r.spark[s.name], s)),
+        el("td", { class: "num" }, String(ref)),
+        el("td", {}, when(r.created_at)),
       ),
     );
   }
   $("runs-table").replaceChildren(el("thead", {}, head), body);
 }
+
+// "Start here": shown until the user hides it (remembered in this browser).
+const START_KEY = "creditlens:start-hidden";
+try {
+  if (localStorage.getItem(START_KEY) === "1") $("start-here").hidden = true;
+} catch (_) {}
+$("start-hide").addEventListener("click", () => {
+  $("start-here").hidden = true;
+  try {
+    localStorage.setItem(START_KEY, "1");
+  } catch (_) {}
+});
 
 $("search").addEventListener("submit", (e) => {
   e.preventDefault();
@@ -264,6 +323,23 @@ function mappingForm(file, rec) {
   return form;
 }
 
+/** The mapping the server proposes in an unknown_format 422 ("Proposed mapping={...}"), with a
+ * button that sends the file again through it; null when the message proposes none. */
+function proposedMapping(file, message) {
+  const m = /Proposed mapping=(\{.*?\}) — /.exec(message);
+  if (!m) return null;
+  let mapping;
+  try {
+    mapping = JSON.parse(m[1]);
+  } catch {
+    return null;
+  }
+  if (Object.values(mapping).some((v) => String(v).startsWith("<"))) return null; // a placeholder, not a proposal
+  const use = el("button", { type: "button", class: "primary use-mapping" }, "Use this mapping");
+  use.addEventListener("click", () => upload(file, mapping));
+  return el("div", { class: "proposed-mapping" }, el("p", {}, "Proposed from what the file holds: ", el("code", {}, JSON.stringify(mapping))), use);
+}
+
 async function upload(file, mapping = null) {
   const item = fileItem(file);
   const status = el("div", { class: "file-status", role: "status" }, "Uploading…");
@@ -291,6 +367,7 @@ async function upload(file, mapping = null) {
     if (body.delete_token) {
       links.append(el("div", { class: "hint" }, "Delete token (keep it to delete this batch later): ", el("code", {}, body.delete_token)));
     }
+    for (const w of body.warnings || []) links.append(el("div", { class: "hint upload-warning" }, `Note: ${w}`));
     status.replaceWith(links);
     loadBatches();
   } catch (err) {
@@ -298,6 +375,8 @@ async function upload(file, mapping = null) {
     const msg = err instanceof ApiError ? err.describe() : `Upload failed: ${err}`;
     status.replaceWith(el("div", { class: "file-error", role: "alert" }, msg));
     if (err instanceof ApiError && err.code === "unknown_format") {
+      const proposed = proposedMapping(file, err.message);
+      if (proposed) item.append(proposed);
       const rec = await firstRecord(file);
       if (rec) item.append(mappingForm(file, rec));
     }

@@ -445,10 +445,17 @@ def like_escape(text: str) -> str:
 
 
 def list_batches(
-    session: Session, *, q: str | None = None, source: str | None = None, limit: int = 100, offset: int = 0
+    session: Session,
+    *,
+    q: str | None = None,
+    source: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    steps: bool | None = None,
 ) -> list[Batch]:
     """Batches, newest first; ``q`` searches batch names and sources and the tasks and groups of
-    their episodes (case-insensitive); ``source`` filters by prefix."""
+    their episodes (case-insensitive); ``source`` filters by prefix; ``steps``: only a run's
+    steps (True), none of them (False), or both (None)."""
     stmt = select(Batch)
     stmt = stmt.where(Batch.visibility == PUBLIC)  # unlisted batches are never listed nor searched
     if q:
@@ -469,6 +476,8 @@ def list_batches(
         )
     if source:
         stmt = stmt.where(col(Batch.source).startswith(source))
+    if steps is not None:
+        stmt = stmt.where(col(Batch.run_id).is_not(None) if steps else col(Batch.run_id).is_(None))
     stmt = stmt.order_by(col(Batch.created_at).desc(), col(Batch.id).desc()).offset(offset).limit(limit)
     return list(session.exec(stmt).all())
 

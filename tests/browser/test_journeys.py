@@ -188,3 +188,47 @@ def test_the_demo_bug_from_the_run_page_to_the_token_with_one_meaning_of_severit
     assert panel.locator(".hp-finding.sev-warning").count() >= 1
     shot(page, "journey-demo-bug-token")
     assert page.probe.errors == [] and page.failed == []
+
+
+def test_the_home_page_starts_with_the_runs_and_where_to_start(dpage, demo):
+    page = dpage
+    page.goto("/")
+    page.wait_for_selector('#runs-table[data-ready="1"]')
+    page.wait_for_selector("body[data-ready='1']")
+    # Training runs first, then the uploads; both on the first screen of a laptop.
+    runs_y = page.locator("#runs-h").bounding_box()["y"]
+    uploads_y = page.locator("#batches-h").bounding_box()["y"]
+    assert runs_y < uploads_y < 900
+    rows = page.locator("#runs-table tbody tr")
+    assert rows.count() == 2
+    names = [rows.nth(i).locator("td").first.text_content() for i in range(2)]
+    assert sorted(names) == sorted([BUGGY, CLEAN])
+    bug_row = rows.filter(has_text=BUGGY)
+    cells = bug_row.locator("td").all_text_contents()
+    assert cells[1] == str(demo_runs.STEPS) and cells[2] == str(demo_runs.STEPS - 1)
+    assert cells[5] == str(demo["runs"][BUGGY])  # its id
+    # Sparklines: one point per step; the buggy run's |A| off policy rises only on its bug steps.
+    spark = bug_row.locator('td.spark[data-metric="nonpolicy_advantage_share"] polyline')
+    points = spark.get_attribute("points").split()
+    assert len(points) == demo_runs.STEPS
+    ys = [float(p.split(",")[1]) for p in points]
+    low = max(ys)  # the baseline (0) is drawn lowest, at the largest y
+    assert [s for s, y in enumerate(ys) if y < low] == list(demo_runs.BUG_STEPS)
+    # Run steps are not in the batch list; the "run steps" choice lists them.
+    batches = page.locator("#batches tbody tr td:first-child").all_text_contents()
+    assert batches and not any(" step " in b for b in batches)
+    page.select_option("#source", "steps")
+    page.wait_for_function("() => /^\\d+ batch/.test(document.getElementById('batches-status').textContent)")
+    steps = page.locator("#batches tbody tr td:first-child").all_text_contents()
+    assert len(steps) == 2 * demo_runs.STEPS and all(" step " in b for b in steps)
+    assert "source=steps" in page.url
+    # Start here: the demo run with the bug is one click away; "Hide this" is remembered.
+    page.get_by_role("link", name="demo run with a credit bug").click()
+    page.wait_for_url(f"**/r/{demo['runs'][BUGGY]}")
+    page.go_back()
+    page.get_by_role("button", name="Hide this").click()
+    assert page.locator("#start-here").is_hidden()
+    page.reload()
+    page.wait_for_selector('#runs-table[data-ready="1"]')
+    assert page.locator("#start-here").is_hidden()
+    assert page.probe.errors == [] and page.failed == []

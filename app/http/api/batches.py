@@ -62,8 +62,12 @@ def get_batches(
     source: str | None = Query(None, description="only sources starting with this (upload, sample, demo)"),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=2**31 - 1),
+    steps: bool | None = Query(
+        None, description="true: only training runs' steps; false: none of them (default: both)"
+    ),
 ):
-    return [summary(b) for b in list_batches(session, q=q, source=source, limit=limit, offset=offset)]
+    page = list_batches(session, q=q, source=source, limit=limit, offset=offset, steps=steps)
+    return [summary(b) for b in page]
 
 
 def _episode_row(r: EpisodeSummary) -> dict:

@@ -36,6 +36,7 @@ ERRORS = {404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
 # GET /api/runs pages: the default and the most a request may ask for (a page is one query).
 RUNS_PAGE_DEFAULT = 100
 RUNS_PAGE_MAX = 1000
+SPARK_STEPS = 100  # the steps a run's sparkline shows (its newest)
 TOTAL_DOC = "how many runs match (name), over all pages"
 RunId = Path(description="the run's id (public runs) or slug (unlisted runs)", max_length=64)
 
@@ -102,12 +103,23 @@ def get_runs(
     name: str | None = Query(None, description="only runs with exactly this name"),
     limit: int = Query(RUNS_PAGE_DEFAULT, ge=1, le=RUNS_PAGE_MAX, description="runs per page"),
     offset: int = Query(0, ge=0, le=2**31 - 1, description="runs to skip (newest first)"),
+    spark: str | None = Query(
+        None,
+        description="comma-separated step metrics (e.g. pass_rate): each run gets `spark`, those "
+        "metrics' last 100 steps as [[step, value], ...] (the home page's sparklines)",
+    ),
 ):
     """One page of the public runs (unlisted runs are never listed), with the number of runs the
     pages cover in the ``X-Total-Count`` header (the body stays a plain list)."""
     page = rs.list_runs(session, name=name, limit=limit, offset=offset)
     sizes = rs.stored_bytes(session, [r.id for r, _, _ in page])
-    response = json_response([_summary(*row, sizes.get(row[0].id, 0)) for row in page])
+    body = [_summary(*row, sizes.get(row[0].id, 0)) for row in page]
+    names = [n.strip() for n in (spark or "").split(",") if n.strip()]
+    if names:
+        for out, (run, _, _) in zip(body, page, strict=True):
+            series = rs.metrics_series(rs.run_steps(session, run.id))
+            out["spark"] = {n: series.get(n, [])[-SPARK_STEPS:] for n in names}
+    response = json_response(body)
     response.headers["X-Total-Count"] = str(rs.count_runs(session, name=name))
     return response
 
