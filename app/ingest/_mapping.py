@@ -402,8 +402,14 @@ def suggest(first: Any) -> dict[str, str]:
                 hit = next((k for k in text if k.split(".")[-1] in cands_), None)
                 if hit:
                     out[target] = hit
-            if not out and text:
+            if not out and len(text) == 1:
                 out["response"] = text[0]
+            elif not out and text:
+                # Texts under names that say nothing: the first is the prompt, the longest other
+                # one what the model wrote.
+                values = {k: str(lookup(first, k)) for k in text}
+                out["prompt"] = text[0]
+                out["response"] = max(text[1:], key=lambda k: len(values[k]))
     reward = find_reward(first) if isinstance(first, dict) else None
     if reward is not None:
         out["reward"] = reward.key

@@ -21,22 +21,8 @@ FORMATS = ROOT / "fixtures" / "formats"
 
 
 def test_mapping_form_filled_from_the_fields_seen(page, tmp_path):
-    rows = [
-        {
-            "dialog": [
-                {"role": "user", "content": "weather in Paris?"},
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [{"function": {"name": "weather", "arguments": "{}"}}],
-                },
-                {"role": "tool", "content": "20C"},
-                {"role": "assistant", "content": "It is 20C."},
-            ],
-            "eval": {"passed": 1.0},
-            "prompt_uid": "p1",
-        }
-    ]
+    # Two texts under keys that name nothing: no reader finds a transcript in it.
+    rows = [{"q": "weather in Paris?", "a": "It is 20C.", "eval": {"passed": 1.0}, "prompt_uid": "p1"}]
     f = tmp_path / "odd.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     page.goto("/")
@@ -44,10 +30,11 @@ def test_mapping_form_filled_from_the_fields_seen(page, tmp_path):
     page.click("#upload-btn")
     form = page.locator(".mapping-form")
     expect(form).to_be_visible()
-    expect(page.locator(".file-error").first).to_contain_text("`dialog` (list of 4 messages)")
-    # Filled from the first record: the message list and the numeric reward are guessed.
-    assert form.locator('[name="messages"]').input_value() == "dialog"
+    expect(page.locator(".file-error").first).to_contain_text("eval.passed: number")
+    # Filled from the first record: the numeric reward is guessed; the texts are chosen.
     assert form.locator('[name="reward"]').input_value() == "eval.passed"
+    form.locator('[name="prompt"]').select_option("q")
+    form.locator('[name="response"]').select_option("a")
     options = form.locator('[name="group"] option').all_text_contents()
     assert "prompt_uid (string)" in options
     form.locator('[name="group"]').select_option("prompt_uid")
