@@ -9,7 +9,7 @@ they share (:class:`TokenState`, the threshold's reading, the batch an aggregati
 """
 
 # The trainers' modules register their losses on import (as estimators/builtin.py does).
-from . import openrlhf, trl, verl  # noqa: F401
+from . import openrlhf, skyrl, trl, verl  # noqa: F401
 from .core import CLIPPING, ZEROING, BatchShape, LossInput, TokenState, parse_threshold
 from .registry import (
     DEFAULT_LOSS,

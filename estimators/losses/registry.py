@@ -269,7 +269,7 @@ def _run(
         raise ValueError(f"advantages must be [B, T], got shape {tuple(shape)}")
     reads_rollout = spec.needs_rollout(values)
     named = {"log_prob": log_prob, "old_log_prob": old_log_prob, "mask": mask}
-    if rollout_log_prob is not None and reads_rollout:
+    if rollout_log_prob is not None:
         named["rollout_log_prob"] = rollout_log_prob
     for name, x in named.items():
         if x.shape != shape:
@@ -280,7 +280,8 @@ def _run(
     dtype = _dtype(advantages, log_prob, old_log_prob)
     with torch.no_grad():
         a, lp, olp = (x.detach().to(dtype) for x in (advantages, log_prob, old_log_prob))
-        rlp = rollout_log_prob.detach().to(dtype) if rollout_log_prob is not None and reads_rollout else None
+        # Given rollout log-probs are passed on (a loss may read them when there: SkyRL's dppo).
+        rlp = rollout_log_prob.detach().to(dtype) if rollout_log_prob is not None else None
         m = mask.detach()
         if batch is not None and batch.rows is not None and batch.rows.shape != shape[:1]:
             raise ValueError(f"batch.rows has shape {tuple(batch.rows.shape)}, the rows {shape[0]}")
