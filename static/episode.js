@@ -215,13 +215,14 @@ function render() {
   const nPolicy = d.kinds.filter((k) => k === "policy").length;
   const nTool = d.kinds.filter((k) => k === "tool").length;
   const parts = [
-    `${d.n_tokens} tokens (${nPolicy} policy, ${nTool} tool)`,
+    `${d.n_tokens} ${meta.tokens === "words" ? "words" : "tokens"} (${nPolicy} policy, ${nTool} tool)`,
     `${d.turns.length} calls`,
     d.rewarded === false ? "no reward" : `reward ${fmt(ep.reward)}`,
     ep.truncated ? "truncated" : "terminated",
   ];
   if (d.group !== null && d.group !== undefined) parts.push(`group ${d.group}`);
   $("no-reward").hidden = d.rewarded !== false;
+  $("word-tokens").hidden = meta.tokens !== "words"; // text split by the offline tokenizer
   const metaLine = $("ep-meta");
   metaLine.replaceChildren(parts.join(" · "), " · ");
   metaLine.append(el("a", { href: urls.batch(init.batch_ref ?? d.batch_id) }, `batch ${d.batch_id}`));
@@ -269,6 +270,7 @@ function render() {
   overview.setData(d, rows, strip);
   syncOverview();
   jumps = jumpTables(d, rows);
+  renderTopList(d, jumps.tokens);
   renderCalls(d, rows, scale);
   renderCallsChart();
   if (flagged && state.tok === flagged.position) $("overview-status").textContent = `cursor on the first token of the ${flagged.severity} ${flagged.code} (token ${flagged.position})`;
@@ -314,9 +316,44 @@ function renderSignalLegend(rows) {
   box.replaceChildren(...items);
 }
 
-// ---- jumps: n/N by |advantage| of the call, d/D where two advantage rows disagree in sign ----
-let jumps = { ranking: [], disagree: [] };
+// ---- jumps: t/T by |advantage| of the token, n/N of the call, d/D where two rows disagree ----
+let jumps = { ranking: [], disagree: [], tokens: [] };
 let rankPos = -1;
+let tokenPos = -1;
+const TOP_TOKENS = 100; // ranked for t / T; the list shows the first TOP_SHOWN
+const TOP_SHOWN = 8;
+
+/** The policy tokens by largest |advantage| over the shown advantage rows on the shared scale
+ * (not the difference or loss rows, which have their own): [{i, v, row}], the first TOP_TOKENS. */
+function topTokens(d, rows) {
+  const adv = rows.filter((r) => !r.signal && r.scale === undefined);
+  const best = [];
+  for (let i = 0; i < d.kinds.length; i++) {
+    if (d.kinds[i] !== "policy") continue;
+    let top = null;
+    for (const r of adv) {
+      const v = r.advantages[i];
+      if (v !== null && Number.isFinite(v) && v !== 0 && (top === null || Math.abs(v) > Math.abs(top.v))) top = { i, v, row: r.label };
+    }
+    if (top) best.push(top);
+  }
+  best.sort((a, b) => Math.abs(b.v) - Math.abs(a.v) || a.i - b.i);
+  return best.slice(0, TOP_TOKENS);
+}
+
+function renderTopList(d, tops) {
+  const items = tops.slice(0, TOP_SHOWN).map((t, k) => {
+    const b = el("button", { type: "button", class: "top-token", dataset: { tok: t.i } }, `#${k + 1} `, el("code", {}, clip(JSON.stringify(d.tokens[t.i]), 24)), ` ${t.v > 0 ? "+" : ""}${fmt(t.v)}`);
+    b.title = `token ${t.i}, ${t.row}`;
+    b.addEventListener("click", () => {
+      tokenPos = k;
+      jumpTo(t.i, `token ${t.i}: #${k + 1} by |advantage| (${fmt(t.v)} in ${t.row})`);
+      strip.canvas.focus({ preventScroll: true });
+    });
+    return el("li", {}, b);
+  });
+  $("top-list").replaceChildren(...(items.length ? items : [el("li", { class: "hint" }, "No policy token has a nonzero advantage in the shown rows.")]));
+}
 
 /** Computed once per answer: calls ranked by |mean advantage| (over the shown advantage rows that
  * vary between calls, so a per-episode outcome row does not flatten the ranking), and the first
@@ -349,7 +386,8 @@ function jumpTables(d, rows) {
     prev = both;
   }
   rankPos = -1;
-  return { ranking, disagree };
+  tokenPos = -1;
+  return { ranking, disagree, tokens: topTokens(d, rows) };
 }
 
 function jumpTo(i, note) {
@@ -362,7 +400,14 @@ function onJumpKey(e) {
   const tag = (e.target && e.target.tagName) || "";
   if (["INPUT", "SELECT", "TEXTAREA", "BUTTON"].includes(tag) || (e.target && e.target.isContentEditable)) return;
   const cur = state.tok ?? -1;
-  if (e.key === "n" || e.key === "N") {
+  if (e.key === "t" || e.key === "T") {
+    const R = jumps.tokens;
+    if (!R.length) return;
+    if (!(tokenPos >= 0 && R[tokenPos] && R[tokenPos].i === cur)) tokenPos = e.key === "t" ? -1 : 0;
+    tokenPos = e.key === "t" ? (tokenPos + 1) % R.length : (tokenPos - 1 + R.length) % R.length;
+    const t = R[tokenPos];
+    jumpTo(t.i, `token ${t.i}: #${tokenPos + 1} of ${R.length} by |advantage| (${fmt(t.v)} in ${t.row})`);
+  } else if (e.key === "n" || e.key === "N") {
     const R = jumps.ranking;
     if (!R.length) return;
     // Continue the ranking from the call under the cursor, else start at the largest.

@@ -84,6 +84,9 @@ class SpanBuilder:
             "meta": {},
         }
         base.update(fields)
+        if base["token_ids"] is None and isinstance(base["meta"], dict):
+            # Text split by the offline tokenizer: the counts are words, not the model's tokens.
+            base["meta"].setdefault("tokens", "words")
         return EpisodeIn.model_construct(tokens=self.tokens, kinds=self.kinds, **base)
 
 

@@ -1,6 +1,7 @@
 """The upload page's one click: when no reader fits a file, the 422 proposes a mapping filled from
 what the file holds and the page offers it as a button that sends the file again through it; the
-answer's warnings are shown under the stored episodes. Real server, headless Chromium."""
+answer's warnings are shown under the stored episodes; the episode page says its counts are words
+(text, no token ids). Real server, headless Chromium."""
 
 from __future__ import annotations
 
@@ -43,4 +44,7 @@ def test_proposed_mapping_in_one_click(page, tmp_path):
     ok.locator("a.episode-link").first.click()
     wait_ready(page)
     expect(page.locator("#ep-meta")).to_contain_text("reward 1")
+    # Text split by the offline tokenizer: the page says its counts are words.
+    expect(page.locator("#ep-meta")).to_contain_text(" words (")
+    expect(page.locator("#word-tokens")).to_be_visible()
     assert not page.probe.errors
