@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from . import upload, watch
 
@@ -30,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    fn: Callable[[argparse.Namespace], int] = args.fn
+    return fn(args)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import Any, cast
 
 import numpy as np
 
@@ -38,6 +39,7 @@ def to_numpy(x: Any, name: str, role: str = "float") -> np.ndarray:
     Only a result that shares memory with the input is copied (a conversion already is one)."""
     if x is None:
         raise ValueError(f"{name} is None")
+    a: np.ndarray
     if type(x).__module__.startswith("torch"):
         # No torch operators here: on a busy machine their thread pool costs more than the copy.
         t = x.detach()
@@ -50,7 +52,7 @@ def to_numpy(x: Any, name: str, role: str = "float") -> np.ndarray:
         fresh = not isinstance(x, np.ndarray)
         a = np.asarray(x)
     if role == "mask":
-        return np.not_equal(a, 0)
+        return np.asarray(np.not_equal(a, 0))
     if role == "ids":
         if a.dtype.kind not in "iub":
             raise ValueError(f"`{name}` must hold integers; it has dtype {a.dtype}.")
@@ -77,7 +79,7 @@ def _check_codes(lo: int, hi: int, name: str) -> None:
         )
 
 
-def _torch():
+def _torch() -> ModuleType:
     import torch
 
     return torch
@@ -173,11 +175,11 @@ def snapshot(
                 raise ValueError(f"`groups` has {len(value)} labels but the batch has B={B}.")
             continue
         role = "float" if name == "reward" else "int"
-        arr = to_numpy(value, name, role).reshape(-1) if not np.isscalar(value) else None
-        if arr is None or arr.shape != (B,):
-            got = None if arr is None else tuple(arr.shape)
+        vec = to_numpy(value, name, role).reshape(-1) if not np.isscalar(value) else None
+        if vec is None or vec.shape != (B,):
+            got = None if vec is None else tuple(vec.shape)
             raise ValueError(f"`{name}` must have shape [B] = ({B},); got {got}.")
-        arrays[name] = arr
+        arrays[name] = vec
     labels = [str(g) for g in groups] if groups is not None and _is_str_list(groups) else None
     snap = Snapshot(B, T, arrays, kinds_str, tok_rows, labels, tokenizer, meta)
     # Kinds now, from the masks (a few cheap passes): one uint8 array is kept instead of two masks.
@@ -295,13 +297,14 @@ def decode_rows(tokenizer: Any, rows: list[list[int]]) -> tuple[list[list[str]],
                 info.special_ids.add(i)
             else:
                 info.text[i] = piece_text(p, info.mode)
-    texts, marks = [], []
+    texts: list[list[str]] = []
+    marks: list[list[int]] = []
     table = info.text
     for ids in rows:
         shown = [table[i] for i in ids]
         if None in shown:
             _split_characters(tokenizer, info, ids, shown)
-        texts.append(shown)
+        texts.append(cast(list[str], shown))  # _split_characters filled every None
         sp = info.special_ids
         marks.append([j for j, i in enumerate(ids) if i in sp] if sp else [])
     return texts, marks

@@ -119,7 +119,7 @@ class Client:
         self._runs: list[Run] = []
 
     def run(
-        self, name: str, config: dict | None = None, resume: bool = False, keep: int | None = None
+        self, name: str, config: dict[str, Any] | None = None, resume: bool = False, keep: int | None = None
     ) -> Run:
         """A run on the server (created now when the server answers; else by the sender thread
         before its first step). ``resume=True`` reuses the newest run of that name, and first sends
@@ -162,7 +162,7 @@ class Run:
     """One training run. Use :meth:`log` / :meth:`log_tensors` once per training step."""
 
     def __init__(
-        self, client: Client, name: str, config: dict, resume: bool, keep: int | None = None
+        self, client: Client, name: str, config: dict[str, Any], resume: bool, keep: int | None = None
     ) -> None:
         self._client = client
         self.name = name
@@ -232,7 +232,7 @@ class Run:
 
     # -- the caller's side ---------------------------------------------------------------------
 
-    def log(self, step: int, episodes: Iterable[dict]) -> None:
+    def log(self, step: int, episodes: Iterable[dict[str, Any]]) -> None:
         """Log one step's episodes in the native format (dicts with tokens, kinds, reward, ...).
 
         Lists are copied here, so the caller may reuse them; the JSON is written by the spool writer."""
@@ -567,7 +567,7 @@ class Run:
 
     def _delay(self, attempt: int) -> float:
         c = self._client
-        d = min(c.max_backoff, c.backoff * (2**attempt))
+        d: float = min(c.max_backoff, c.backoff * (2**attempt))
         return d / 2 + random.uniform(0, d / 2)
 
     def _refused(self, r: httpx.Response, what: str) -> None:
@@ -599,7 +599,7 @@ class Run:
                     raise _Retry(f"HTTP {r.status_code}", r.status_code)
             # The protocol version goes in the header only: servers from before the versioning
             # refuse unknown body fields.
-            new = {"name": self.name, "config": self.config}
+            new: dict[str, Any] = {"name": self.name, "config": self.config}
             if self.keep is not None:
                 new["keep"] = self.keep
             r = http.post("/api/runs", json=new, **kw)
@@ -615,7 +615,7 @@ class Run:
             return
         self._adopt(r.json())
 
-    def _adopt(self, body: dict) -> None:
+    def _adopt(self, body: dict[str, Any]) -> None:
         self.id = body["id"]
         # What the run's URLs carry: its id, or its slug when the run is unlisted (its id is a 404).
         self._ref = body.get("ref", self.id)
@@ -624,18 +624,20 @@ class Run:
         self.url = self._client.absolute(url)
 
 
-def _find_run(body: Any, name: str) -> dict | None:
+def _find_run(body: Any, name: str) -> dict[str, Any] | None:
     """The newest run called ``name`` in a GET /api/runs answer (a list, or {"runs": [...]})."""
-    runs = body.get("runs", body.get("items", [])) if isinstance(body, dict) else body
+    runs: list[Any] = body
+    if isinstance(body, dict):
+        runs = body["runs"] if "runs" in body else body["items"] if "items" in body else []
     same = [r for r in runs if isinstance(r, dict) and r.get("name") == name and "id" in r]
     return max(same, key=lambda r: r["id"]) if same else None
 
 
-def _copy_episode(e: dict) -> dict:
+def _copy_episode(e: dict[str, Any]) -> dict[str, Any]:
     """A copy the caller cannot change afterwards: lists copied (C speed), meta deep-copied."""
     if not isinstance(e, dict):
         raise ValueError(f"an episode must be a dict; got {type(e).__name__}")
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in e.items():
         if isinstance(v, list):
             out[k] = list(v)

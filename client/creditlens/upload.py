@@ -128,8 +128,8 @@ def run_upload(args: argparse.Namespace) -> int:
     print(
         f"stored batch {body['batch_id']} with {n} episode(s): {base}{body.get('url') or '/b/' + str(body['batch_id'])}"
     )
-    for e in body["episodes"][:5]:
-        print(f"  {base}{e['url']}")
+    for ep in body["episodes"][:5]:
+        print(f"  {base}{ep['url']}")
     if n > 5:
         print(f"  ... and {n - 5} more")
     print(f"delete token (shown once): {body['delete_token']}")
