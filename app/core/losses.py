@@ -14,6 +14,7 @@ from estimators.registry import TRAINERS
 __all__ = [
     "DEFAULT_LOSS",
     "EPISODE_CONTROLS",
+    "catalog",
     "choices",
     "client_config",
     "default_text",
@@ -68,17 +69,18 @@ def _param(spec: LossSpec, name: str) -> dict[str, Any]:
     return {
         "name": p.name,
         "default": p.text(p.default),
+        "kind": p.kind,
         "choices": list(p.choices) or None,
         "help": p.help,
         "control": p.control,
     }
 
 
-def client_config() -> dict[str, Any]:
-    """What the pages' scripts know about losses: the default, the trainers in order with their
-    losses (aliases left out), every loss (aliases too) with its label, trainer, version and
-    parameters (defaults as URL text; ``control``: offered as a control), and every parameter name
-    (the query keys a loss view reads)."""
+def catalog(controls_only: bool = False) -> dict[str, Any]:
+    """Every registered loss: the default, the trainers in order (display name, version, their
+    losses without the aliases), each loss (aliases too) with its label, description, trainer,
+    version and parameters (defaults as URL text; ``controls_only``: just the ones the pages offer
+    as controls), and every parameter name some loss takes (the query keys a loss view reads)."""
     specs = available_losses()
     trainers = []
     for key, (name, version) in TRAINERS.items():
@@ -95,9 +97,15 @@ def client_config() -> dict[str, Any]:
                 "trainer": s.trainer,
                 "version": s.version,
                 "alias_of": s.alias_of,
-                "params": [_param(s, p) for p in s.params],
+                "params": [_param(s, p) for p, d in s.params.items() if d.control or not controls_only],
             }
             for n, s in specs.items()
         },
         "param_names": list(dict.fromkeys(p for s in specs.values() for p in s.params)),
     }
+
+
+def client_config() -> dict[str, Any]:
+    """What the pages' scripts know about losses: :func:`catalog` with the controls only (GET
+    /api/losses lists every parameter)."""
+    return catalog(controls_only=True)

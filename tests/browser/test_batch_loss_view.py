@@ -70,3 +70,30 @@ def test_a_batch_without_logprobs_says_so(page, server):
         pytest.approx(1 / 6),
         pytest.approx(1 / 6),
     ]
+
+
+def test_a_trainers_loss_grouped_by_trainer(page, server):
+    """The loss select groups the registered losses by trainer (from the page state); picking TRL's
+    dapo shows its own control (importance_sampling_level) in place of verl's, writes the URL and
+    draws the chart: dapo's token mean over the 6 tokens, ratio 1, so 1/6 per unit |A| for both."""
+    bid = upload(server, "loss-view-trl", two_episodes())["batch_id"]
+    page.goto(f"/b/{bid}")
+    wait_ready(page, "#loss-box")
+    groups = page.eval_on_selector_all("#loss-loss optgroup", "els => els.map((g) => g.label)")
+    assert groups == ["verl 0.9.1", "TRL 1.16.0", "OpenRLHF 0.11.2", "SkyRL 0.3.0"]
+    assert page.locator("#loss-agg").count() == 1
+    page.evaluate("document.getElementById('loss-box').dataset.ready = ''")
+    page.locator("#loss-loss").select_option("trl:dapo")
+    wait_ready(page, "#loss-box")
+    assert page.locator("#loss-agg").count() == 0
+    assert page.locator("#loss-importance_sampling_level").input_value() == "token"
+    assert "loss=trl%3Adapo" in page.url or "loss=trl:dapo" in page.url
+    assert "agg=" not in page.url
+    y = page.evaluate("document.getElementById('fig-loss').data[0].y")
+    assert y == [pytest.approx(1 / 6), pytest.approx(1 / 6)]
+    assert "trl:dapo × token" in page.locator("#loss-plotted").inner_text()
+    # The sequence level: each episode's ratio is its geometric mean (1 here): the same weights.
+    page.evaluate("document.getElementById('loss-box').dataset.ready = ''")
+    page.locator("#loss-importance_sampling_level").select_option("sequence")
+    wait_ready(page, "#loss-box")
+    assert "importance_sampling_level=sequence" in page.url

@@ -15,7 +15,7 @@ from app.core.arrays import F64, decode, json_loads
 from app.core.errors import ApiError, not_found
 from app.core.schemas import BatchOut, BatchSummaryOut, EpisodeSummary, ErrorOut, GroupOut
 from app.core.settings import Settings
-from app.http.api import loss_query
+from app.http.api import losses as loss_api
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
 from app.storage.audits import audit_blocker
@@ -152,7 +152,7 @@ def get_batch_loss(
     request: Request,
     session: SessionDep,
     batch_id: str = BatchRef,
-    params: lv.LossParams = Depends(loss_query.loss_params),
+    params: lv.LossParams = Depends(loss_api.loss_params),
 ):
     b = batch_by_ref_or_404(session, batch_id)
     check_budget(

@@ -13,7 +13,7 @@ from app.core.errors import not_found
 from app.core.schemas import AdvantagesOut, EpisodeOut, ErrorOut, SignalsOut
 from app.core.settings import Settings
 from app.core.signals import available_signals, parse_signals, signal_rows
-from app.http.api import loss_query
+from app.http.api import losses as loss_api
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
 from app.storage.audits import episode_audit
@@ -96,7 +96,7 @@ def get_advantages(
         "token_weights "
         "(left out when the episode lacks their arrays; see `available_signals`)",
     ),
-    loss_params: lv.LossParams = Depends(loss_query.loss_params),
+    loss_params: lv.LossParams = Depends(loss_api.loss_params),
 ):
     signals = parse_signals(signal)
     ep = episode_or_404(session, slug)

@@ -1,22 +1,28 @@
-"""The loss views' query (GET /api/batches/{id}/loss and the episode's `loss_weights` row): `loss`
-(a registered loss, ``estimators.losses``), `bypass`, and the chosen loss's own parameters by their
-names (`agg`, `rollout_is`, `rollout_is_threshold`, `loss_agg_mode`, `loss_reduction`,
-`importance_sampling_level`, ...). A parameter some other loss takes but this one does not is a
-422 listing the ones it takes."""
+"""The policy losses: GET /api/losses (every registered loss with its trainer, version, parameters
+and defaults), and the loss views' query (GET /api/batches/{id}/loss and the episode's
+`loss_weights` row): `loss` (a registered loss, ``estimators.losses``), `bypass`, and the chosen
+loss's own parameters by their names (`agg`, `rollout_is`, `rollout_is_threshold`,
+`loss_agg_mode`, `loss_reduction`, `importance_sampling_level`, ...). A parameter some other loss
+takes but this one does not is a 422 listing the ones it takes."""
 
 from __future__ import annotations
 
-from fastapi import Query, Request
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
 
 from app.compute import loss_view as lv
+from app.core import losses
 from estimators.losses import DEFAULT_LOSS, available_losses
+
+router = APIRouter(tags=["losses"])
 
 LOSS_HELP = (
     "the policy loss: verl 0.9.1's "
     + ", ".join(n for n, s in available_losses(aliases=False).items() if s.trainer == "verl")
     + " (also as verl:<name>), or a trainer's <trainer>:<loss>: "
     + ", ".join(n for n, s in available_losses(aliases=False).items() if s.trainer != "verl")
-    + ". Its parameters go by their own names (docs/api.md), e.g. agg, rollout_is, "
+    + ". Its parameters go by their own names (GET /api/losses), e.g. agg, rollout_is, "
     "rollout_is_threshold for verl's; a parameter the loss does not take is a 422."
 )
 BYPASS_HELP = "old_log_prob = rollout_logprobs (verl's bypass mode: the ratio is training / rollout)"
@@ -31,3 +37,9 @@ def loss_params(
     q = request.query_params
     given = {name: q[name] for name in lv.PARAM_NAMES if name in q}
     return lv.parse(loss, given, bypass)
+
+
+@router.get("/api/losses", summary="Policy losses accepted by the loss views (loss=), with their parameters")
+def list_losses() -> dict[str, Any]:
+    """Every registered loss, trainer by trainer, with its parameters and their defaults."""
+    return losses.catalog()
