@@ -74,29 +74,96 @@ function render(b) {
   renderEpisodes(b);
 }
 
+// The episode table's columns: heading, the row's value to sort by, and the cell.
+const EP_COLUMNS = [
+  { key: "slug", label: "Episode", value: (e) => e.slug, cell: (e) => el("td", {}, el("a", { href: urls.episode(e.slug) }, e.slug)) },
+  { key: "task", label: "Task", value: (e) => e.task ?? null, cell: (e) => el("td", {}, e.task || "—") },
+  {
+    key: "group",
+    label: "Group",
+    value: (e) => e.group ?? null,
+    cell: (e, b) => el("td", {}, e.group !== null && e.group !== undefined ? el("a", { href: urls.group(b.ref ?? b.id, e.group) }, String(e.group)) : "—"),
+  },
+  { key: "reward", label: "Reward", num: true, value: (e) => e.reward, cell: (e) => el("td", { class: "num" }, fmt(e.reward)) },
+  { key: "n_tokens", label: "Tokens", num: true, value: (e) => e.n_tokens, cell: (e) => el("td", { class: "num" }, String(e.n_tokens ?? "")) },
+  {
+    key: "max_abs_adv",
+    label: "max |A|",
+    num: true,
+    title: "the largest |advantage| the trainer gave one of the episode's policy tokens: opens the episode on that token",
+    value: (e) => e.max_abs_adv,
+    cell: (e) =>
+      el(
+        "td",
+        { class: "num" },
+        e.max_abs_adv === null || e.max_abs_adv === undefined ? "—" : el("a", { href: urls.episode(e.slug, `tok=${e.max_abs_adv_at}`), class: "top-token" }, fmt(e.max_abs_adv)),
+      ),
+  },
+];
+
+/** The table's sort from the URL: {key, desc}; by default the most-credited episode first when
+ * the batch has the trainer's advantages, else upload order. */
+function episodeSort(b) {
+  const raw = new URLSearchParams(location.search).get("sort");
+  if (raw === "none") return null;
+  if (raw) {
+    const key = raw.replace(/^-/, "");
+    if (EP_COLUMNS.some((c) => c.key === key)) return { key, desc: raw.startsWith("-") };
+  }
+  return (b.episodes || []).some((e) => e.max_abs_adv !== null && e.max_abs_adv !== undefined) ? { key: "max_abs_adv", desc: true } : null;
+}
+
+function sortedEpisodes(eps, sort) {
+  if (!sort) return eps;
+  const col = EP_COLUMNS.find((c) => c.key === sort.key);
+  const dir = sort.desc ? -1 : 1;
+  // Missing values last whichever the direction; ties keep upload order.
+  return eps
+    .map((e, i) => [e, i])
+    .sort(([p, i], [q, j]) => {
+      const a = col.value(p);
+      const c = col.value(q);
+      const na = a === null || a === undefined;
+      const nc = c === null || c === undefined;
+      if (na || nc) return na === nc ? i - j : na ? 1 : -1;
+      const d = typeof a === "number" && typeof c === "number" ? a - c : String(a).localeCompare(String(c));
+      return d ? dir * d : i - j;
+    })
+    .map(([e]) => e);
+}
+
+function setSort(key, b) {
+  const cur = episodeSort(b);
+  const params = new URLSearchParams(location.search);
+  const desc = cur && cur.key === key ? !cur.desc : key === "max_abs_adv" || key === "reward" || key === "n_tokens";
+  params.set("sort", `${desc ? "-" : ""}${key}`);
+  history.replaceState(null, "", `${location.pathname}?${params}`);
+  renderEpisodes(b);
+}
+
 function renderEpisodes(b) {
   const f = $("ep-filter").value.trim().toLowerCase();
-  const eps = (b.episodes || []).filter(
-    (e) => !f || [e.slug, e.task, e.group].some((v) => v !== null && v !== undefined && String(v).toLowerCase().includes(f)),
+  const sort = episodeSort(b);
+  const eps = sortedEpisodes(
+    (b.episodes || []).filter((e) => !f || [e.slug, e.task, e.group].some((v) => v !== null && v !== undefined && String(v).toLowerCase().includes(f))),
+    sort,
   );
-  const t = el("table", { class: "data", id: "episodes" });
-  t.append(el("thead", {}, el("tr", {}, ["Episode", "Task", "Group", "Reward", "Tokens"].map((h) => el("th", { scope: "col" }, h)))));
+  const t = el("table", { class: "data", id: "episodes", dataset: { sort: sort ? `${sort.desc ? "-" : ""}${sort.key}` : "" } });
+  const head = EP_COLUMNS.map((c) => {
+    const on = sort && sort.key === c.key;
+    const button = el("button", { type: "button", class: "sort", dataset: { sort: c.key }, title: c.title || null }, c.label, on ? (sort.desc ? " ▼" : " ▲") : "");
+    button.addEventListener("click", () => setSort(c.key, b));
+    return el("th", { scope: "col", class: c.num ? "num" : null, "aria-sort": on ? (sort.desc ? "descending" : "ascending") : "none" }, button);
+  });
+  t.append(el("thead", {}, el("tr", {}, head)));
   const body = el("tbody");
-  for (const e of eps.slice(0, 2000)) {
-    body.append(
-      el(
-        "tr",
-        {},
-        el("td", {}, el("a", { href: urls.episode(e.slug) }, e.slug)),
-        el("td", {}, e.task || "—"),
-        el("td", {}, e.group !== null && e.group !== undefined ? el("a", { href: urls.group(b.ref ?? b.id, e.group) }, String(e.group)) : "—"),
-        el("td", { class: "num" }, fmt(e.reward)),
-        el("td", { class: "num" }, String(e.n_tokens ?? "")),
-      ),
-    );
-  }
+  for (const e of eps.slice(0, 2000)) body.append(el("tr", {}, EP_COLUMNS.map((c) => c.cell(e, b))));
   t.append(body);
   $("episodes").replaceWith(t);
+  $("eps-sorted").textContent =
+    sort && sort.key === "max_abs_adv" && sort.desc
+      ? "Sorted by max |A|: the first row holds the token that got the most credit on this page; its number opens the episode on that token."
+      : "Click a heading to sort.";
   renderPager(b);
   const params = new URLSearchParams(location.search);
   if (f) params.set("q", f);
@@ -308,9 +375,9 @@ $("loss-form").addEventListener("change", () => {
 });
 $("csv-btn").addEventListener("click", () => {
   if (!batch) return;
-  const lines = ["slug,task,group,reward,n_tokens"];
+  const lines = ["slug,task,group,reward,n_tokens,max_abs_adv,max_abs_adv_at"];
   for (const e of batch.episodes || []) {
-    lines.push([csvCell(e.slug), csvCell(e.task, true), csvCell(e.group, true), csvCell(e.reward), csvCell(e.n_tokens)].join(","));
+    lines.push([csvCell(e.slug), csvCell(e.task, true), csvCell(e.group, true), csvCell(e.reward), csvCell(e.n_tokens), csvCell(e.max_abs_adv), csvCell(e.max_abs_adv_at)].join(","));
   }
   download(new Blob([lines.join("\n") + "\n"], { type: "text/csv" }), `creditlens-batch-${batch.id}.csv`);
 });

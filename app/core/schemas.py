@@ -197,6 +197,9 @@ class BatchEpisodeOut(BaseModel):
     task: str | None
     # False: uploaded without any reward (reward null); its advantages are not shown.
     rewarded: bool = True
+    # The trainer's largest |advantage| on a policy token and its position (null without them).
+    max_abs_adv: float | None = None
+    max_abs_adv_at: int | None = None
 
 
 class AuditAvailability(BaseModel):

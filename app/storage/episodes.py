@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 from sqlmodel import Session, col, func, select
 
 from app.compute.inputs import inputs_of
-from app.core.arrays import json_loads
+from app.core.arrays import F64, decode, json_loads
+from app.core.domain import POLICY
 from app.core.errors import not_found
 from app.core.schemas import EpisodeScore, EpisodeSummary
 from app.storage.models import Episode
@@ -63,6 +65,32 @@ def batch_summaries(
 ) -> list[EpisodeSummary]:
     """The episodes of a batch without their arrays: all, or one page (``limit`` from ``offset``)."""
     return _rows(session, batch_id, EpisodeSummary, limit, offset)
+
+
+class _Credit(NamedTuple):
+    """The columns :func:`max_credit` reads."""
+
+    kinds: bytes
+    advantages: bytes | None
+
+
+def max_credit(
+    session: Session, batch_id: int, limit: int | None = None, offset: int = 0
+) -> list[tuple[float, int] | None]:
+    """Per episode of a batch (all, or ``limit`` from ``offset``), in upload order: the largest
+    |uploaded advantage| on its policy tokens and its position (the first, on a tie); None for an
+    episode without advantages or policy tokens."""
+    out: list[tuple[float, int] | None] = []
+    for r in _rows(session, batch_id, _Credit, limit, offset):
+        adv = decode(r.advantages, F64) if r.advantages is not None else None
+        if adv is None:
+            out.append(None)
+            continue
+        pol = decode(r.kinds, np.dtype(np.uint8)) == POLICY
+        mag = np.where(pol, np.abs(adv), -1.0)
+        at = int(np.argmax(mag)) if mag.size else 0
+        out.append((float(mag[at]), at) if mag.size and mag[at] >= 0 else None)
+    return out
 
 
 def group_summaries(session: Session, batch_id: int, group: str) -> list[EpisodeSummary]:

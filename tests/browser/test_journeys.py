@@ -232,3 +232,62 @@ def test_the_home_page_starts_with_the_runs_and_where_to_start(dpage, demo):
     page.wait_for_selector('#runs-table[data-ready="1"]')
     assert page.locator("#start-here").is_hidden()
     assert page.probe.errors == [] and page.failed == []
+
+
+def _with_advantages(ep: dict, values: dict[int, float], base: float = 0.1) -> dict:
+    """``ep`` with the trainer's advantages: ``base`` on its policy tokens, ``values`` at positions."""
+    adv = [base if k == "policy" else 0.0 for k in ep["kinds"]]
+    for i, v in values.items():
+        adv[i] = v
+    return {**ep, "advantages": adv}
+
+
+def test_the_most_credited_token_from_the_batch_table(page, server):
+    # Three attempts of the hand-built row (policy tokens 0, 1, 5, 6, 9); the second gives its
+    # token 5 ("edit") an advantage of -1.5, the largest |A| of the batch (a negative one).
+    eps = [
+        _with_advantages({**data.handbuilt(), "group": "g"}, {9: 0.9}),
+        _with_advantages({**data.handbuilt(), "group": "g"}, {5: -1.5, 6: 1.2}),
+        _with_advantages({**data.handbuilt(), "group": "g", "tokens": [*data.handbuilt()["tokens"][:9], "x"]}, {0: 0.3}),
+    ]
+    body = httpx.post(
+        f"{server}/api/uploads",
+        files={"file": ("ranked.jsonl", data.jsonl(eps), "application/x-ndjson")},
+        data={"name": "ranked"},
+        timeout=60,
+    ).json()
+    slugs = [e["slug"] for e in body["episodes"]]
+    page.goto(f"/b/{body['batch_id']}")
+    page.wait_for_selector("body[data-ready='1']")
+    # Sorted by max |A| by default: the second upload first, its largest |A| 1.5.
+    first = page.locator("#episodes tbody tr").first
+    assert first.locator("td").first.text_content() == slugs[1]
+    assert page.locator("#episodes th[aria-sort='descending']").text_content().startswith("max |A|")
+    cells = page.locator("#episodes tbody tr td:last-child").all_text_contents()
+    assert cells == ["1.500", "0.900", "0.300"]
+    # Every column sorts: tokens ascending after two clicks (the first sorts descending).
+    tokens = page.locator("#episodes button[data-sort='n_tokens']")
+    tokens.click()
+    tokens.click()
+    assert "sort=n_tokens" in page.url
+    assert page.locator("#episodes th[aria-sort='ascending'] button").get_attribute("data-sort") == "n_tokens"
+    page.locator("#episodes button[data-sort='max_abs_adv']").click()
+    # The number opens the episode on that token.
+    page.locator("#episodes tbody tr").first.locator("a.top-token").click()
+    wait_ready(page)
+    assert page.evaluate("window.__strip.cursor") == 5
+    assert page.evaluate("window.__strip.cellAt(5).rows[0].value") == pytest.approx(-1.5)
+    # The list of the most-credited tokens, and t / T to walk it by token.
+    tops = page.locator("#top-list button")
+    assert tops.first.get_attribute("data-tok") == "5" and "-1.500" in tops.first.text_content()
+    assert tops.nth(1).get_attribute("data-tok") == "6"
+    tops.nth(1).click()
+    assert page.evaluate("window.__strip.cursor") == 6
+    page.keyboard.press("t")
+    assert page.evaluate("window.__strip.cursor") != 6  # #3: one of the 0.1 tokens
+    page.keyboard.press("T")
+    assert page.evaluate("window.__strip.cursor") == 6
+    page.keyboard.press("T")
+    assert page.evaluate("window.__strip.cursor") == 5
+    assert "by |advantage|" in page.text_content("#overview-status")
+    assert page.probe.errors == []

@@ -22,7 +22,13 @@ from app.storage.audits import audit_blocker
 from app.storage.batch_cache import batch_summary, cached_diagnostics
 from app.storage.batch_stats import compute_batch_diagnostics
 from app.storage.db import SessionDep
-from app.storage.episodes import batch_cells, batch_loss_rows, batch_summaries, group_summaries
+from app.storage.episodes import (
+    batch_cells,
+    batch_loss_rows,
+    batch_summaries,
+    group_summaries,
+    max_credit,
+)
 from app.storage.models import Batch, BatchStats
 from app.storage.store import batch_by_ref_or_404, batch_ref, delete_batch, list_batches
 from app.storage.store import get_batch as get_batch_row
@@ -121,6 +127,10 @@ def get_batch(
     body = summary(b)
     body["meta"] = json_loads(b.meta_json)
     body["episodes"] = [_episode_row(r) for r in rows]
+    # The trainer's credit per episode: its largest |A| on a policy token and where (the page ranks
+    # episodes by it and links straight to that token); null without uploaded advantages.
+    for row, credit in zip(body["episodes"], max_credit(session, batch_id, limit, offset), strict=False):
+        row["max_abs_adv"], row["max_abs_adv_at"] = credit if credit is not None else (None, None)
     wvc = diagnostics.get("whiten_vs_center") or {}
     # The per-episode comparison is paged with the episodes; the aggregates cover the whole batch.
     diagnostics = {

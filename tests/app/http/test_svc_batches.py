@@ -35,6 +35,9 @@ def test_batch_diagnostics_by_hand(client, batch):
         "n_tokens": 5,
         "task": "easy",
         "rewarded": True,
+        # No uploaded advantages: no trainer credit to rank by.
+        "max_abs_adv": None,
+        "max_abs_adv_at": None,
     }
     d = b["diagnostics"]
     groups = {g["group"]: g for g in d["groups"]}
