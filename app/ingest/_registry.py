@@ -150,13 +150,13 @@ def register_format(
     return fmt
 
 
-def discover() -> dict[str, Format]:
-    """Import every format module of app/ingest (each registers itself); :data:`FORMATS`."""
-    package = sys.modules[PACKAGE]
-    for info in pkgutil.iter_modules(package.__path__):
+def discover(package: str = PACKAGE) -> dict[str, Format]:
+    """Import every format module of ``package`` (app/ingest; each registers itself) and return
+    :data:`FORMATS`; :class:`RegistrationError` names a module that registers nothing."""
+    for info in pkgutil.iter_modules(sys.modules[package].__path__):
         if info.name.startswith("_"):
             continue
-        qualified = f"{PACKAGE}.{info.name}"
+        qualified = f"{package}.{info.name}"
         importlib.import_module(qualified)
         if not any(f.module == qualified for f in FORMATS.values()):
             raise RegistrationError(

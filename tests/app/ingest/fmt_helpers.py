@@ -1,12 +1,18 @@
-"""Helpers for the ecosystem-format tests (tests/app/ingest/test_fmt_*.py): upload a file through the real
-POST /api/uploads without naming a format, read the stored episodes back, and check that no
-non-policy token is given credit by any scheme the service offers."""
+"""Helpers for the format tests (tests/app/ingest/test_fmt_*.py): upload a file through the real
+POST /api/uploads without naming a format, read the stored episodes back, check that a refused
+upload stores nothing, and that no non-policy token is given credit by any scheme the service
+offers."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+from types import ModuleType
 
 from fastapi.testclient import TestClient
+
+from tests.app.svc_helpers import FORMATS, row_counts
 
 
 def upload(client: TestClient, name: str, data: bytes | str, **params):
@@ -55,3 +61,38 @@ def assert_no_credit_off_policy(client: TestClient, ep: dict) -> None:
         assert all(adv[i] is None for i in off), name
         some = some or any(a is not None and math.isfinite(a) for a in adv)
     assert some
+
+
+def example(name: str) -> bytes:
+    """The bytes of ``fixtures/formats/<name>`` (a path under that folder)."""
+    return (FORMATS / name).read_bytes()
+
+
+def lines(name: str) -> list[dict]:
+    """The JSON objects of the JSONL example ``fixtures/formats/<name>``, one per non-blank line."""
+    return [json.loads(s) for s in example(name).decode().splitlines() if s.strip()]
+
+
+def uploaded_advantages(client: TestClient, slug: str) -> list:
+    """The episode's ``uploaded`` row: the trainer's own advantages, as stored."""
+    adv = client.get(f"/api/episodes/{slug}/advantages", params={"scheme": "uploaded"}).json()
+    return adv["schemes"][0]["advantages"]
+
+
+def refused(client: TestClient, name: str, data: bytes | str, **params) -> dict:
+    """The error of an upload that must be refused with nothing stored."""
+    before = row_counts(client)
+    r = upload(client, name, data, **params)
+    assert 400 <= r.status_code < 500, r.text
+    assert row_counts(client) == before
+    return r.json()["error"]
+
+
+def fixture_module(name: str) -> ModuleType:
+    """The generator script ``fixtures/formats/<name>.py`` as a module (its functions rebuild the
+    example files)."""
+    spec = importlib.util.spec_from_file_location(name.rsplit("/", 1)[-1], FORMATS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -1,6 +1,7 @@
-"""The safetensors upload format through the real app (POST /api/uploads?format=safetensors on a
-real SQLite file): a round trip of what the client writes, and malformed files refused with a
-4xx naming the tensor while the database stays unchanged."""
+"""The safetensors upload format (app/ingest/safetensors.py), the Python client's wire format,
+through the real app: the example fixtures/formats/safetensors/batch.safetensors (written by the
+client's own code, make_batch.py beside it), a round trip of what the client writes, and
+malformed files refused with a 4xx naming the tensor while the database stays unchanged."""
 
 from __future__ import annotations
 
@@ -12,15 +13,27 @@ import pytest
 from safetensors.numpy import save
 
 from creditlens import _batch
-from tests.app.svc_helpers import make_client, row_counts
+from tests.app.ingest.fmt_helpers import example, fixture_module, stored
+from tests.app.svc_helpers import row_counts
 
 B, T = 3, 8
 
 
-@pytest.fixture
-def client(sqlite_url):
-    with make_client(sqlite_url) as c:
-        yield c
+def test_example_batch(client):
+    """What make_batch.py wrote: padding dropped, the tool token inside row 0's response, float32
+    log-probs read back exactly, one group per row."""
+    data = example("safetensors/batch.safetensors")
+    assert fixture_module("safetensors/make_batch").batch_bytes() == data  # the file cannot drift
+    batch, eps = stored(client, "batch.safetensors", data)
+    assert batch["source"] == "upload:safetensors"
+    assert eps[0]["tokens"] == [f"⟨{i}⟩" for i in range(102, 108)]
+    assert eps[0]["kinds"] == ["prompt", "policy", "policy", "tool", "policy", "policy"]
+    assert eps[1]["kinds"] == ["prompt"] * 2 + ["policy"] * 6
+    lp = np.linspace(-1.0, -0.25, 16, dtype=np.float32).reshape(2, 8)
+    assert eps[0]["logprobs"] == lp[0, 2:].astype(float).tolist()
+    assert eps[1]["logprobs"] == lp[1].astype(float).tolist()
+    assert [e["reward"] for e in eps] == [1.0, 0.0] and [e["group"] for e in eps] == ["3", "4"]
+    assert eps[0]["advantages"] == [0.0, 0.5, 0.5, 0.0, 0.5, 0.5]
 
 
 def post(client, body: bytes, fmt: str | None = "safetensors"):

@@ -1,7 +1,9 @@
-"""Multi-turn verl rollout dumps: tool responses recovered from the text are tool tokens and get
-no credit under any scheme.
+"""verl ``rollout_data_dir`` JSONL (app/ingest/verl_rollout.py): text re-tokenised, the score the
+outcome, the GRPO samples of one prompt one group; in multi-turn dumps the tool responses
+recovered from the text are tool tokens and get no credit under any scheme.
 
-fixtures/formats/verl_rollout_multiturn/dump.jsonl is written by make_dump.py beside it the way
+fixtures/formats/verl_rollout.jsonl is written by fixtures/formats/make_examples.py (single-turn,
+the same prompt sampled four times). fixtures/formats/verl_rollout_multiturn/dump.jsonl is written by make_dump.py beside it the way
 verl 0.9.1 writes ``trainer.rollout_data_dir`` (RayPPOTrainer._log_rollout_data decodes with
 ``skip_special_tokens=True``; RayPPOTrainer._write_generations writes the lines): Qwen2.5's
 template with ``<|im_start|>``/``<|im_end|>`` stripped, so ``</tool_call>\\nuser\\n<tool_response>…
@@ -15,11 +17,34 @@ import re
 
 import pytest
 
-from tests.app.ingest.fmt_helpers import all_schemes, assert_no_credit_off_policy, pick, stored, text
+from app.core.tokenize import tokenize
+from tests.app.ingest.fmt_helpers import (
+    all_schemes,
+    assert_no_credit_off_policy,
+    example,
+    lines,
+    pick,
+    stored,
+    text,
+)
 from tests.app.svc_helpers import FORMATS
 
 DUMP = FORMATS / "verl_rollout_multiturn" / "dump.jsonl"
 BLOCK = re.compile(r"<tool_response>.*?</tool_response>", re.DOTALL)
+
+
+def test_verl_rollout(client):
+    batch, eps = stored(client, "verl_rollout.jsonl", example("verl_rollout.jsonl"))
+    assert batch["source"] == "upload:verl_rollout"
+    for sent, got in zip(lines("verl_rollout.jsonl"), eps, strict=True):
+        assert "".join(pick(got, "prompt")) == sent["input"]
+        assert pick(got, "policy") == tokenize(sent["output"])
+        assert got["reward"] == sent["score"] and got["meta"]["step"] == 3
+    assert len({e["group"] for e in eps}) == 1  # the same prompt sampled 4 times is one group
+    diag = batch["diagnostics"]
+    assert diag["groups"][0]["n"] == 4 and diag["groups"][0]["pass_rate"] == 0.5
+
+
 CALL = re.compile(r"<tool_call>.*?</tool_call>", re.DOTALL)
 
 

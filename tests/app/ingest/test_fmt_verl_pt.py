@@ -1,5 +1,7 @@
-"""verl actor micro-batch dumps (torch.save, loaded with weights_only=True) uploaded to the real
-app without naming a format: before, these got "field `prompts` is missing".
+"""verl batches saved with torch.save (app/ingest/verl_pt.py, keys from creditlens.keys.VERL),
+loaded with weights_only=True and uploaded to the real app without naming a format: a DataProto's
+tensors (fixtures/formats/verl_batch.pt, written by fixtures/formats/make_examples.py), and actor
+micro-batch dumps, which before got "field `prompts` is missing"; pickled objects are refused.
 
 fixtures/formats/verl_actor/ is written by make_micro_batches.py with verl's own DataProto
 (select + split, as the PPO actor's update_policy does) and its compute_gae_advantage_return;
@@ -21,6 +23,50 @@ DIR = FORMATS / "verl_actor"
 
 def _load(name):
     return torch.load(DIR / name, weights_only=True)
+
+
+def test_verl_torch_save(client):
+    batch, eps = stored(client, "verl_batch.pt", (FORMATS / "verl_batch.pt").read_bytes())
+    assert batch["source"] == "upload:verl_pt"
+    d = torch.load(FORMATS / "verl_batch.pt", weights_only=True)
+    P = d["prompts"].shape[1]
+    for b, got in enumerate(eps):
+        keep_p = d["attention_mask"][b, :P].bool()
+        keep_r = d["attention_mask"][b, P:].bool()
+        ids = d["prompts"][b][keep_p].tolist() + d["responses"][b][keep_r].tolist()
+        assert got["tokens"] == [f"⟨{i}⟩" for i in ids]
+        m = d["response_mask"][b][keep_r].tolist()
+        assert got["kinds"] == ["prompt"] * int(keep_p.sum()) + ["policy" if x else "tool" for x in m]
+        npr = int(keep_p.sum())
+        assert got["rewards"][npr:] == d["token_level_rewards"][b][keep_r].double().tolist()
+        assert got["values"][npr:] == d["values"][b][keep_r].double().tolist()
+        assert got["logprobs"][npr:] == d["old_log_probs"][b][keep_r].double().tolist()
+        assert got["group"] == d["uid"][b]
+
+
+def test_token_level_scores_stand_in_for_rewards(client):
+    d = torch.load(FORMATS / "verl_batch.pt", weights_only=True)
+    d["token_level_scores"] = d.pop("token_level_rewards")
+    buf = io.BytesIO()
+    torch.save(d, buf)
+    _, eps = stored(client, "scores.pt", buf.getvalue())
+    P = d["prompts"].shape[1]
+    for b, got in enumerate(eps):
+        keep_r = d["attention_mask"][b, P:].bool()
+        npr = int(d["attention_mask"][b, :P].sum())
+        assert got["rewards"][npr:] == d["token_level_scores"][b][keep_r].double().tolist()
+
+
+def test_verl_pickled_objects_are_refused(client, tmp_path):
+    import numpy as np
+
+    path = tmp_path / "evil.pt"
+    # A numpy object array needs arbitrary unpickling: weights_only=True must refuse it.
+    torch.save({"prompts": torch.zeros(1, 2), "uid": np.array(["a"], dtype=object)}, path)
+    before = row_counts(client)
+    r = upload(client, "evil.pt", path.read_bytes())
+    assert r.status_code == 422 and r.json()["error"]["code"] == "bad_verl_batch"
+    assert row_counts(client) == before
 
 
 def test_actor_micro_batch(client):
