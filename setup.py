@@ -39,7 +39,7 @@ setup(
             # Without a compiler the install still succeeds and gae uses the torch path.
             optional=True,
         ),
-        # The per-token policy-loss weights (estimators/loss.py); the same fallback without it.
+        # The per-token policy-loss weights (estimators/losses/verl.py); the same fallback without it.
         # -fno-trapping-math lets the selections in its loop become vector blends.
         Extension(
             "estimators._loss_native",
