@@ -350,6 +350,9 @@ async function upload(file, mapping = null) {
   if ($("up-name").value.trim()) fd.append("name", $("up-name").value.trim());
   if ($("up-format").value) fd.append("format", $("up-format").value);
   if ($("up-visibility").value) fd.append("visibility", $("up-visibility").value);
+  // The tokenizer.json goes beside the file, as the API takes it (its checks answer as for the file).
+  const tokenizer = $("up-tokenizer").files[0];
+  if (tokenizer) fd.append("tokenizer", tokenizer, tokenizer.name);
   const headers = { accept: "application/json" };
   if ($("up-token").value) headers.authorization = `Bearer ${$("up-token").value}`;
   try {
@@ -360,6 +363,7 @@ async function upload(file, mapping = null) {
     links.append(
       el("div", {}, `Stored ${n} episode${n === 1 ? "" : "s"} in `, el("a", { href: body.url || urls.batch(body.batch_id) }, `batch ${body.batch_id}`), ":"),
     );
+    if (tokenizer) links.append(el("div", { class: "hint" }, `Token text from ${tokenizer.name}.`));
     body.episodes.slice(0, 50).forEach((e, k) =>
       links.append(el("a", { href: e.url || urls.episode(e.slug), class: "episode-link" }, `episode ${k + 1}`)),
     );

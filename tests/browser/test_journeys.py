@@ -13,7 +13,7 @@ import pytest
 
 from app.sim import demo_runs
 from tests.browser import browser_data as data
-from tests.browser.browser_util import shot, wait_ready
+from tests.browser.browser_util import ROOT, shot, wait_ready
 from tests.live_server import Server
 from tests.page_probe import PageProbe
 
@@ -290,4 +290,35 @@ def test_the_most_credited_token_from_the_batch_table(page, server):
     page.keyboard.press("T")
     assert page.evaluate("window.__strip.cursor") == 5
     assert "by |advantage|" in page.text_content("#overview-status")
+    assert page.probe.errors == []
+
+
+ATROPOS = ROOT / "fixtures" / "formats" / "atropos"  # token ids + the tokenizer.json they came with
+
+
+def test_upload_with_a_tokenizer_through_the_form(page, tmp_path):
+    page.goto("/")
+    page.set_input_files("#file", str(ATROPOS / "groups.jsonl"))
+    page.set_input_files("#up-tokenizer", str(ATROPOS / "tokenizer.json"))
+    page.fill("#up-name", "with tokenizer")
+    page.click("#upload-btn")
+    page.wait_for_selector(".file-item.good a.episode-link")
+    assert "Token text from tokenizer.json" in page.text_content(".file-item.good")
+    page.click(".file-item.good a.episode-link >> nth=0")
+    wait_ready(page)
+    tokens = page.evaluate("window.__strip.data.tokens")
+    # The ids 0, 1, 4, 2 of the file's first row are these pieces of its tokenizer.json.
+    assert tokens[:4] == ["<|begin_of_text|>", "<|start_header_id|>", "system", "<|end_header_id|>"]
+    assert not any(t.startswith("⟨") for t in tokens)
+    # The API's checks answer through the form: a JSON file that is no tokenizer is refused,
+    # next to the file, naming the field; nothing is stored.
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text('{"vocab": {"a": 0}}')
+    page.goto("/")
+    page.set_input_files("#file", str(ATROPOS / "groups.jsonl"))
+    page.set_input_files("#up-tokenizer", str(bad))
+    page.click("#upload-btn")
+    error = page.locator(".file-item.bad .file-error")
+    error.wait_for()
+    assert "tokenizer" in error.text_content()
     assert page.probe.errors == []
