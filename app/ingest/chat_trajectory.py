@@ -10,8 +10,19 @@ Kinds by the shared message rule (app/ingest/_chat.py). No reward: stored with `
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from app.core.schemas import EpisodeIn
-from app.ingest._chat import chat_episode, find_messages, no_messages, record_meta, render_messages
+from app.ingest._chat import (
+    POLICY_ROLES,
+    TOOL_ROLES,
+    chat_episode,
+    find_messages,
+    no_messages,
+    record_meta,
+    render_messages,
+)
 from app.ingest._common import Record, short_hash
 from app.ingest._document import Document
 from app.ingest._registry import register_format
@@ -24,7 +35,31 @@ GROUP_KEYS = ("group", "task_id", "task", "uid", "instance_id")
 
 def sniff(doc: Document) -> bool:
     found = find_messages(doc.first)
-    return found is not None and (not found[1] or "role" in found[1][0])
+    return found is not None and (not found[1] or "role" in found[1][0]) and all(_plain(m) for m in found[1])
+
+
+KNOWN_ROLES = POLICY_ROLES | TOOL_ROLES | {"system", "user", "developer"}
+
+
+def _plain(m: Any) -> bool:
+    """A message the shared message rule reads as it is: a role it knows, tool calls that name
+    their function. Any other (a role outside the table, a call without a name) is the structural
+    reader's (app/ingest/transcript.py), which keeps it and says so in the answer's warnings."""
+    if not isinstance(m, dict) or m.get("role") not in KNOWN_ROLES:
+        return False
+    calls = m.get("tool_calls") or []
+    if not isinstance(calls, list):
+        return False
+    for c in calls:
+        if isinstance(c, str):
+            try:
+                c = json.loads(c)
+            except ValueError:
+                return False
+        fn = c.get("function", c) if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            return False
+    return True
 
 
 def episode_from_record(rec: Record) -> EpisodeIn:

@@ -87,3 +87,28 @@ def test_metrics_log_is_a_422_that_says_what_it_is(client):
 def test_empty_file_says_so(client):
     r = upload(client, "empty.jsonl", b"")
     assert r.status_code == 422 and r.json()["error"]["code"] == "empty_upload"
+
+
+def test_messages_with_a_nameless_call_and_an_exit_role_open(client):
+    # mini-swe-agent v2 ends with a role "exit" message; a tool call may lack function.name.
+    rec = {
+        "messages": [
+            {"role": "system", "content": "solve it"},
+            {"role": "user", "content": "fix the bug"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "c1", "function": {"arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "assistant", "content": "done"},
+            {"role": "exit", "content": "diff --git a/x b/x"},
+        ],
+        "instance_id": "repo__x-1",
+        "info": {"exit_status": "Submitted"},
+    }
+    batch, [ep] = stored(client, "run.traj.json", json.dumps(rec))
+    assert batch["source"] == "upload:transcript"
+    assert "<tool_call>  {}</tool_call>" in text(ep, "policy")
+    assert text(ep, "tool") == "okdiff --git a/x b/x"
+    assert ep["group"] == "repo__x-1" and ep["reward"] is None
