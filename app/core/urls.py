@@ -7,6 +7,7 @@ Path segments taken from data (slugs, group labels) are percent-encoded.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode
 
@@ -205,7 +206,7 @@ def compare(refs: list[Ref]) -> str:
     return f"{RUN_COMPARE}?runs={','.join(_ref(r) for r in refs)}"
 
 
-def api_compare(refs: list[Ref]) -> str:
+def api_compare(refs: Sequence[Ref]) -> str:
     """Each metric's series per run, for the compare page."""
     return f"{API_RUNS_COMPARE}?runs={','.join(_ref(r) for r in refs)}"
 

@@ -173,7 +173,8 @@ async def sign_in(request: Request) -> Response:
     settings = request.app.state.settings
     form = await request.form()
     token = form.get("token")
-    nxt = safe_next(form.get("next") if isinstance(form.get("next"), str) else None)
+    raw_next = form.get("next")
+    nxt = safe_next(raw_next if isinstance(raw_next, str) else None)
     read_token = settings.read_token
     if not read_token:
         return RedirectResponse(nxt, status_code=303)

@@ -4,6 +4,8 @@ page renders the HTML 404 page."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -26,7 +28,7 @@ _HTTP_CODES = {
 }
 
 
-def _loc_field(loc: tuple) -> str | None:
+def _loc_field(loc: tuple[Any, ...]) -> str | None:
     # FastAPI locations look like ("query", "gamma") or ("body", "episodes", 0, "tokens").
     parts = [str(p) for p in loc if p not in ("query", "body", "path", "header", "cookie")]
     return ".".join(parts) or None
@@ -65,7 +67,7 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {}
         field = _loc_field(tuple(first.get("loc", ())))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from app.core.schemas import ErrorOut
@@ -37,6 +38,6 @@ class AuditOut(BaseModel):
     responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
     summary="Audit the batch's uploaded advantages: best-matching configuration and findings",
 )
-def get_audit(request: Request, session: SessionDep, batch_id: str = BatchRef):
+def get_audit(request: Request, session: SessionDep, batch_id: str = BatchRef) -> Response:
     batch = batch_by_ref_or_404(session, batch_id)
     return json_response(batch_audit(session, batch, request.app.state.settings))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from app.core import schemes as sc
@@ -12,7 +14,7 @@ router = APIRouter(tags=["schema"])
 
 
 @router.get("/api/schema/episode", summary="JSON Schema of the native episode format")
-def episode_schema() -> dict:
+def episode_schema() -> dict[str, Any]:
     schema = EpisodeIn.model_json_schema()
     schema["$id"] = urls.API_EPISODE_SCHEMA
     schema["title"] = "creditlens episode"
@@ -20,5 +22,5 @@ def episode_schema() -> dict:
 
 
 @router.get("/api/schemes", summary="Advantage schemes accepted by /api/episodes/{slug}/advantages")
-def schemes() -> dict:
+def schemes() -> dict[str, Any]:
     return {"default": list(sc.DEFAULT_SCHEMES), "baselines": list(sc.BASELINES), "schemes": sc.catalog()}

@@ -11,10 +11,14 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
 from sqlmodel import Session
+from starlette.datastructures import FormData
+from starlette.types import Message
 
 from app.core.errors import ApiError
 from app.core.schemas import UploadOut
+from app.core.settings import Settings
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
 from app.ingest import FORMATS, iter_upload, load_tokenizer
@@ -56,7 +60,7 @@ def _capped(request: Request, limit: int) -> Request:
     """The same request whose body stream raises 413 once more than ``limit`` (+ slack) bytes arrived."""
     received = 0
 
-    async def receive():
+    async def receive() -> Message:
         nonlocal received
         message = await request.receive()
         if message["type"] == "http.request":
@@ -82,7 +86,7 @@ class UploadBody:
     mapping: str | None = None  # JSON {native field: record key} (app/ingest/_mapping.py)
 
 
-def resolve_visibility(given: str | None, settings) -> str:
+def resolve_visibility(given: str | None, settings: Settings) -> str:
     """``given`` (public|unlisted) or the server's default; 422 naming the field otherwise."""
     if given is None or given == "":
         return settings.default_visibility
@@ -96,7 +100,7 @@ def resolve_visibility(given: str | None, settings) -> str:
     return given
 
 
-async def read_tokenizer(form) -> bytes | None:
+async def read_tokenizer(form: FormData) -> bytes | None:
     """The bytes of the optional ``tokenizer`` multipart part (a tokenizer.json), or None;
     :func:`ingest` checks its size and turns it into a decoder for the upload's token ids."""
     part = form.get("tokenizer")
@@ -138,8 +142,9 @@ async def read_upload(
             raise _too_large(len(data), limit)
         filename = upload_file.filename
         tokenizer = await read_tokenizer(form)
-        format = format or (form.get("format") if isinstance(form.get("format"), str) else None)
-        name = name or (form.get("name") if isinstance(form.get("name"), str) else None)
+        fmt, named = form.get("format"), form.get("name")
+        format = format or (fmt if isinstance(fmt, str) else None)
+        name = name or (named if isinstance(named, str) else None)
         vis = form.get("visibility")
         visibility = visibility or (vis if isinstance(vis, str) else None)
         mapped = form.get("mapping")
@@ -152,14 +157,14 @@ async def read_upload(
 def ingest(
     session: Session,
     body: UploadBody,
-    settings,
+    settings: Settings,
     *,
     default_name: str | None = None,
     run_id: int | None = None,
     step: int | None = None,
     visibility: str | None = None,
     keep: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Parse, validate and store one upload (as a run's step when ``run_id`` is given); the 201
     body. Blocking: call it in a worker thread. ``visibility``: a run step's (its run's), else the
     body's or the server's default."""
@@ -228,7 +233,7 @@ async def upload(
     name: str | None = NameQuery,
     visibility: Literal["public", "unlisted"] | None = VisibilityQuery,
     mapping: str | None = MappingQuery,
-):
+) -> Response:
     """Multipart (``file`` [+ ``format``, ``name``, ``visibility``, ``mapping`` form fields]), a JSON body (native
     episodes or any JSON format), or the raw file bytes with ``?format=&name=``. All-or-nothing: a
     4xx names the line, episode and field and nothing is stored. ``mapping``: read records whose
@@ -240,5 +245,5 @@ async def upload(
 
 
 @router.get("/api/formats", tags=["uploads"], summary="The upload formats and how they are detected")
-def list_formats() -> list[dict]:
+def list_formats() -> list[dict[str, str]]:
     return [{"name": f.name, "description": f.description} for f in FORMATS.values()]

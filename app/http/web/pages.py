@@ -8,9 +8,11 @@ The HTML itself carries only the initial state; the browser fetches the numbers.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from sqlmodel import select
+from sqlmodel import Session, col, select
 
 from app.core import losses, metrics, schemes, urls
 from app.core import views as st
@@ -42,7 +44,7 @@ def wants_json(request: Request) -> bool:
     return "application/json" in accept and "text/html" not in accept
 
 
-async def json_twin(request: Request, page: dict, api_url: str | None) -> JSONResponse:
+async def json_twin(request: Request, page: dict[str, Any], api_url: str | None) -> JSONResponse:
     """The page's data: ``page`` (view state) + ``api`` URL + ``data`` (the API's answer)."""
     out = {**page, "api": api_url}
     status = 200
@@ -55,7 +57,7 @@ async def json_twin(request: Request, page: dict, api_url: str | None) -> JSONRe
     return JSONResponse(out, status_code=status)
 
 
-def render(request: Request, name: str, ctx: dict, status_code: int = 200) -> HTMLResponse:
+def render(request: Request, name: str, ctx: dict[str, Any], status_code: int = 200) -> HTMLResponse:
     return templates.TemplateResponse(request, name, ctx, status_code=status_code)
 
 
@@ -63,10 +65,10 @@ def not_found_page(request: Request, what: str) -> HTMLResponse:
     return render(request, "not_found.html", {"what": what}, status_code=404)
 
 
-def run_of_batch(session, batch_id: int) -> dict | None:
+def run_of_batch(session: Session, batch_id: int) -> dict[str, Any] | None:
     """{"id", "name", "step"} of the run whose step a batch is, or None (one small query); "id" is
     what the run's URLs carry (its slug when unlisted)."""
-    stmt = select(Run, Batch.step).join(Run, Run.id == Batch.run_id).where(Batch.id == batch_id)
+    stmt = select(Run, Batch.step).join(Run, col(Run.id) == Batch.run_id).where(Batch.id == batch_id)
     row = session.exec(stmt).first()
     return None if row is None else {"id": run_ref(row[0]), "name": row[0].name, "step": row[1]}
 
@@ -144,17 +146,18 @@ async def batch_page(request: Request, batch_id: str, session: SessionDep) -> Re
     b = batch_by_ref(session, ref)
     if b is None:
         return not_found_page(request, f"Batch {batch_id}")
+    assert b.id is not None  # a stored row has its id
     og = batch_og(request, session, b.id, ref)
     # Every registered loss, grouped by trainer, with its parameters and defaults (static/batch.js).
     loss_config = losses.client_config()
     initial = {**page, "api": api, "losses": loss_config}
-    ctx = {"initial": initial, "batch_id": ref, "og": og, "losses": loss_config}
+    ctx = {"initial": initial, "batch_id": ref, "og": og, "losses": loss_config, "batch_name": b.name}
     return render(request, "batch.html", {**ctx, "run": run_of_batch(session, b.id)})
 
 
 # Declared before /r/{run_id}: "compare" is not a run.
 @router.get(urls.RUN_COMPARE, response_class=HTMLResponse)
-async def compare_page(request: Request, session: SessionDep, runs: str = "") -> Response:
+async def compare_page(request: Request, runs: str = "") -> Response:
     """Runs side by side: every metric over the steps, one colour per run, links back to each."""
     refs = [r.strip() for r in runs.split(",") if r.strip()]
     api = urls.api_compare(refs)
@@ -169,50 +172,52 @@ async def compare_page(request: Request, session: SessionDep, runs: str = "") ->
 async def run_page(request: Request, run_id: str, session: SessionDep) -> Response:
     """One training run: its config and the timeline of every stored step metric (Plotly); a
     click on a point opens that step's batch. Reads the run's one API answer, never episodes."""
-    run_id = _ref_param(run_id)
-    api = urls.api_run(run_id)
-    page = {"page": "run", "run_id": run_id, "view": {}}
+    ref = _ref_param(run_id)
+    api = urls.api_run(ref)
+    page: dict[str, Any] = {"page": "run", "run_id": ref, "view": {}}
     if wants_json(request):
         return await json_twin(request, page, api)
-    run = run_by_ref(session, run_id)
+    run = run_by_ref(session, ref)
     if run is None:
-        return not_found_page(request, f"Run {run_id}")
+        return not_found_page(request, f"Run {ref}")
     # The metrics' names, labels and formats (app/core/metrics.py): the page draws what they say.
     initial = {**page, "api": api, "figures": metrics.run_figures(), "labels": metrics.labels()}
-    ctx = {"initial": initial, "run_id": run_id, "name": run.name}
-    return render(request, "run.html", {**ctx, "og": run_og(request, session, run_id)})
+    ctx = {"initial": initial, "run_id": ref, "name": run.name}
+    return render(request, "run.html", {**ctx, "og": run_og(request, session, ref)})
 
 
 @router.get("/r/{run_id}/prompts/{key}", response_class=HTMLResponse)
 async def run_prompt_page(request: Request, run_id: str, key: str, session: SessionDep) -> Response:
     """One prompt of a run followed over the steps: its pass rate and credit per step (Plotly),
     and a link to its group at each step whose episodes are kept."""
-    run_id = _ref_param(run_id)
-    api = urls.api_run_prompt(run_id, key)
-    page = {"page": "run_prompt", "run_id": run_id, "key": key, "view": {}}
+    ref = _ref_param(run_id)
+    api = urls.api_run_prompt(ref, key)
+    page: dict[str, Any] = {"page": "run_prompt", "run_id": ref, "key": key, "view": {}}
     if wants_json(request):
         return await json_twin(request, page, api)
-    run = run_by_ref(session, run_id)
+    run = run_by_ref(session, ref)
     if run is None:
-        return not_found_page(request, f"Run {run_id}")
-    initial = {**page, "api": api, "run_url": urls.run(run_id)}
+        return not_found_page(request, f"Run {ref}")
+    initial = {**page, "api": api, "run_url": urls.run(ref)}
     return render(
-        request, "run_prompt.html", {"initial": initial, "run_id": run_id, "name": run.name, "key": key}
+        request, "run_prompt.html", {"initial": initial, "run_id": ref, "name": run.name, "key": key}
     )
 
 
 @router.get("/b/{batch_id}/g/{group}", response_class=HTMLResponse)
 async def group_page(request: Request, batch_id: str, group: str, session: SessionDep) -> Response:
     """One group: the G attempts side by side under every group baseline."""
-    batch_id = _ref_param(batch_id)
-    api = urls.api_group(batch_id, group)
-    page = {"page": "group", "batch_id": batch_id, "group": group, "view": {}}
+    ref = _ref_param(batch_id)
+    api = urls.api_group(ref, group)
+    page: dict[str, Any] = {"page": "group", "batch_id": ref, "group": group, "view": {}}
     if wants_json(request):
         return await json_twin(request, page, api)
-    if batch_by_ref(session, batch_id) is None:  # an unlisted batch's group by id: 404 too
-        return not_found_page(request, f"Batch {batch_id}")
-    initial = {**page, "api": api, "batch_api": urls.api_batch(batch_id), "schemes": schemes.client_config()}
-    ctx = {"initial": initial, "batch_id": batch_id}
+    b = batch_by_ref(session, ref)
+    if b is None:  # an unlisted batch's group by id: 404 too
+        return not_found_page(request, f"Batch {ref}")
+    initial = {**page, "api": api, "batch_api": urls.api_batch(ref), "schemes": schemes.client_config()}
+    initial["batch_name"] = b.name
+    ctx = {"initial": initial, "batch_id": ref, "batch_name": b.name}
     return render(request, "group.html", {**ctx, "group": group})
 
 

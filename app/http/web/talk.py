@@ -7,6 +7,7 @@ the JSON API (static/talk.js): demo episodes are found by batch name through ``/
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.core import urls
 
@@ -21,7 +22,7 @@ class Step:
 
     title: str
     paragraphs: list[str]
-    view: dict = field(default_factory=lambda: {"type": "text"})
+    view: dict[str, Any] = field(default_factory=lambda: {"type": "text"})
     links: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -79,7 +80,7 @@ STEPS: list[Step] = [
         "Zero-variance groups carry no gradient",
         [
             "When all attempts fail, or all pass, every advantage in the group is exactly zero.",
-            "On the book's base agent with G = 8, 6 of 20 groups (30% of episodes) had zero variance, all of them all-fail.",
+            "The chart counts them on the demo batch below: each hatched bar is a group that gives no gradient at all.",
         ],
         {"type": "batch", "batch": BUGFIX, "figure": "zero_variance"},
     ),
@@ -87,16 +88,17 @@ STEPS: list[Step] = [
         "Batch whitening vs group centering",
         [
             "Whitening across the batch compares an attempt with attempts at other tasks: failures on never-solved tasks are "
-            "pushed down (−0.44 each in the book) although no better attempt exists; group centering gives them exactly 0.",
-            "Successes on easy tasks get +2.26 under batch whitening and +0.61 under group centering.",
+            "pushed down although no better attempt exists; group centering gives them exactly 0.",
+            "Successes on easy tasks get more under batch whitening than under group centering: the chart below shows both "
+            "for every episode of the demo batch.",
         ],
         {"type": "batch", "batch": BUGFIX, "figure": "whiten_vs_center"},
     ),
     Step(
         "Turn-level credit",
         [
-            "One successful episode under three schemes (the book's Figure 7.3). The outcome row is uniform: the decisive edit, "
-            "the useless read and the exploit all get the same credit.",
+            "One successful episode of the demo batch under three schemes. The outcome row is uniform: every call, whatever it "
+            "did, gets the same credit.",
             "The critic-based rows differ from call to call. Token-level GAE also varies inside a call, mostly noise; "
             "turn-level GAE removes that by construction.",
         ],
@@ -113,8 +115,9 @@ STEPS: list[Step] = [
         "Why critics struggle",
         [
             "A critic must infer from tokens alone whether an edit fixed the bug, which depends on hidden tests it never sees. "
-            "In the book's episode its value rises after the decisive edit (0.278 → 0.397), then falls to 0.137 before a successful submit.",
-            "So the critic-based rows give the decisive edit the least credit. λ converts critic error into variance: "
+            "Below, the TD row uses the demo's learned critic and the oracle row the simulator's true values: where they part, "
+            "the critic was wrong about what a call did.",
+            "So the critic-based rows can give the decisive edit little credit. λ converts critic error into variance: "
             "the λ lab shows the trade-off on an MDP with exact values.",
         ],
         {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.http.web.preview.colors import GRAY, INK, MUTED, NEG, POS, TOOL_GRAY, WHITE, cell_color, max_abs
 from app.http.web.preview.layout import (
@@ -22,16 +22,21 @@ from app.http.web.preview.layout import (
     run_series,
 )
 
+if TYPE_CHECKING:  # Pillow is imported when a preview is drawn, not at start-up
+    from PIL.Image import Image
+    from PIL.ImageDraw import ImageDraw
+    from PIL.ImageFont import FreeTypeFont, ImageFont
+
 RUN_COLORS = (POS, NEG, (230, 120, 20), (27, 120, 55))  # one per RUN_PANELS entry
 
 
-def _font(size: int):
+def _font(size: int) -> FreeTypeFont | ImageFont:
     from PIL import ImageFont
 
     return ImageFont.load_default(size=size)
 
 
-def _fit(draw, text: str, font, width: int) -> str:
+def _fit(draw: ImageDraw, text: str, font: FreeTypeFont | ImageFont, width: int) -> str:
     if draw.textlength(text, font=font) <= width:
         return text
     while text and draw.textlength(text + "…", font=font) > width:
@@ -39,7 +44,7 @@ def _fit(draw, text: str, font, width: int) -> str:
     return text + "…"
 
 
-def _header(draw, title: str, subtitle: str) -> None:
+def _header(draw: ImageDraw, title: str, subtitle: str) -> None:
     draw.rectangle((0, 0, W, 8), fill=POS)
     draw.text((MARGIN, 34), _fit(draw, title, _font(44), W - 2 * MARGIN), font=_font(44), fill=INK)
     draw.text((MARGIN, 92), _fit(draw, subtitle, _font(24), W - 2 * MARGIN), font=_font(24), fill=MUTED)
@@ -47,7 +52,7 @@ def _header(draw, title: str, subtitle: str) -> None:
     draw.text((W - MARGIN - draw.textlength("creditlens", font=f), H - 34), "creditlens", font=f, fill=MUTED)
 
 
-def _legend(draw, scale: float, kinds: bool = True) -> None:
+def _legend(draw: ImageDraw, scale: float, kinds: bool = True) -> None:
     f = _font(18)
     x, y = MARGIN, H - 34
     keys = [("+", POS), ("-", NEG)] + ([("prompt", GRAY), ("tool", TOOL_GRAY)] if kinds else [])
@@ -58,7 +63,7 @@ def _legend(draw, scale: float, kinds: bool = True) -> None:
     draw.text((x + 10, y), f"scale ±{scale:.3g}", font=f, fill=MUTED)
 
 
-def _png(img) -> bytes:
+def _png(img: Image) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="PNG", optimize=False)
     return buf.getvalue()

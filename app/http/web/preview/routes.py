@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -36,7 +37,7 @@ def _raise_for(status: int, body: Any, what: str, field: str) -> None:
     )
 
 
-async def episode_preview_data(request: Request, slug: str) -> dict:
+async def episode_preview_data(request: Request, slug: str) -> dict[str, Any]:
     """What the episode image shows, from the advantages API with the default view."""
 
     # The episode's default view, as a link without parameters shows it (critic-free rows for an
@@ -54,7 +55,7 @@ async def episode_preview_data(request: Request, slug: str) -> dict:
     return {"title": title, "subtitle": subtitle, "kinds": kinds, "rows": rows}
 
 
-async def batch_preview_data(request: Request, batch_id: int | str) -> dict:
+async def batch_preview_data(request: Request, batch_id: int | str) -> dict[str, Any]:
 
     status, body = await api_get(request, urls.api_batch(batch_id))
     _raise_for(status, body, f"batch {batch_id}", "batch_id")
@@ -76,7 +77,9 @@ def _png_response(data: bytes, key: str, request: Request) -> Response:
     return Response(data, media_type="image/png", headers=headers)
 
 
-async def _cached(request: Request, kind: str, drawn: dict, draw) -> Response:
+async def _cached(
+    request: Request, kind: str, drawn: dict[str, Any], draw: Callable[[], bytes]
+) -> Response:
     key = cache_key(kind, drawn)
     cache = cache_for(request)
     data = cache.get(key)
@@ -105,7 +108,7 @@ async def batch_preview(request: Request, batch_id: str) -> Response:
     )
 
 
-async def run_preview_data(request: Request, run_id: int | str) -> dict:
+async def run_preview_data(request: Request, run_id: int | str) -> dict[str, Any]:
     """What the run image shows, from the run's API answer (metrics stored at ingest)."""
 
     status, body = await api_get(request, urls.api_run(run_id))
