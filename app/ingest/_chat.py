@@ -46,7 +46,7 @@ POLICY_ROLES = frozenset({"assistant", "agent", "model", "gpt"})
 MESSAGE_KEYS = ("messages", "traj", "history", "conversation", "trajectory")
 
 
-def message_kind(msg: dict, after_policy: bool = True) -> str:
+def message_kind(msg: dict[str, Any], after_policy: bool = True) -> str:
     """The kind ("policy", "tool" or "prompt") of one chat message or event by the rule in the
     module docstring; ``after_policy``: a policy message came before this one."""
     if msg.get("is_demo") is True:
@@ -186,7 +186,7 @@ def piece_kinds(pieces: Sequence[str], kinds: Sequence[str]) -> list[str]:
 # ---- messages -> an episode -----------------------------------------------------------------
 
 
-def message_text(msg: dict, rec: Record, field: str) -> str:
+def message_text(msg: dict[str, Any], rec: Record, field: str) -> str:
     """The text of a message: ``content`` (a string, parts or null), else ``message``/``text``."""
     content = msg.get("content")
     if content is None:
@@ -194,7 +194,7 @@ def message_text(msg: dict, rec: Record, field: str) -> str:
     return content_text(content, rec, field + ".content")
 
 
-def find_messages(obj: Any) -> tuple[str, list] | None:
+def find_messages(obj: Any) -> tuple[str, list[Any]] | None:
     """(key, list) of the first of MESSAGE_KEYS that holds a list of message objects, or None."""
     if not isinstance(obj, dict):
         return None
@@ -257,7 +257,7 @@ def chat_episode(
     reward: Any,
     reward_field: str,
     group: Any,
-    meta: dict,
+    meta: dict[str, Any],
     truncated: bool = False,
 ) -> EpisodeIn:
     """The native episode of a rendered conversation: ``reward`` None stays None (no outcome is
@@ -276,9 +276,9 @@ def chat_episode(
     )
 
 
-def record_meta(obj: dict, skip: set[str], source: str) -> dict:
+def record_meta(obj: dict[str, Any], skip: set[str], source: str) -> dict[str, Any]:
     """The record's scalar fields as meta (plus ``meta``/``metadata`` objects), with its source."""
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     for key in ("meta", "metadata"):
         if isinstance(obj.get(key), dict):
             meta.update(scalar_meta(obj[key], set()))

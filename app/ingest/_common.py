@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from app.core.errors import ApiError
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 from app.core.validate import check_finite, check_finite_scalar, length_mismatch
 
 # The JSON reading lives with the document it reads (app/ingest/_document.py); the formats import
@@ -43,6 +43,7 @@ __all__ = [
     "scalar_meta",
     "short_hash",
     "strict_loads",
+    "sub_object",
     "validate_native",
     "validation_error",
 ]
@@ -139,15 +140,21 @@ def float_list(
     return out
 
 
-def scalar_meta(obj: dict, skip: set[str]) -> dict:
+def sub_object(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]`` when it is an object, else an empty one (an optional nested object)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def scalar_meta(obj: dict[str, Any], skip: set[str]) -> dict[str, Any]:
     """The record's other scalar fields (str, number, bool), kept as episode meta."""
     return {k: v for k, v in obj.items() if k not in skip and isinstance(v, (str, int, float, bool))}
 
 
-def mask_kinds(mask: list[int] | list[bool]) -> list[str]:
+def mask_kinds(mask: list[int] | list[bool]) -> list[Kind]:
     """Kinds from a 1 = trained-token mask: 1 -> policy; 0 before the first policy token -> prompt;
     0 after it -> tool (the observation spans of a multi-turn rollout)."""
-    kinds = []
+    kinds: list[Kind] = []
     seen = False
     for m in mask:
         if m:

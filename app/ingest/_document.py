@@ -52,7 +52,7 @@ class Record:
     obj: Any
 
     @property
-    def where(self) -> dict:
+    def where(self) -> dict[str, Any]:
         return {"line": self.line, "episode": self.episode}
 
     def error(self, code: str, message: str, field: str | None = None, status: int = 422) -> ApiError:

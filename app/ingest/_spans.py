@@ -11,9 +11,9 @@ Rendering is the one openai_chat.py uses: a message opens with a template token 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 from app.core.tokenize import tokenize
 from app.ingest._common import Record
 
@@ -87,7 +87,8 @@ class SpanBuilder:
         if base["token_ids"] is None and isinstance(base["meta"], dict):
             # Text split by the offline tokenizer: the counts are words, not the model's tokens.
             base["meta"].setdefault("tokens", "words")
-        return EpisodeIn.model_construct(tokens=self.tokens, kinds=self.kinds, **base)
+        kinds = cast("list[Kind]", self.kinds)  # add() is only ever given the three kinds
+        return EpisodeIn.model_construct(tokens=self.tokens, kinds=kinds, **base)
 
 
 def content_text(content: Any, rec: Record, field: str) -> str:

@@ -19,6 +19,7 @@ from app.core.errors import ApiError
 from creditlens.tokens import display_pieces, piece_text, vocab_mode
 
 FIELD = "tokenizer"
+_NONE = np.array(None, dtype=object)  # compared element by element: which slots hold no text
 
 
 def _bad(message: str) -> ApiError:
@@ -66,13 +67,13 @@ class TokenDecoder:
         slot = np.where((ids >= 0) & (ids < self.size), ids, self.size)
         self._fill(slot)
         text = self.text[slot]
-        missing = np.equal(text, None) & self.readable[slot]  # ids without a piece
+        missing = np.equal(text, _NONE) & self.readable[slot]  # ids without a piece
         if missing.any():
             text[missing] = [f"⟨{i}⟩" for i in ids[missing].tolist()]
         if not self.readable[slot].all():
             # A character split over tokens: decode the row's pieces as one sequence.
             raw = self._pieces[slot]
-            pieces = np.where(np.equal(raw, None), text, raw).tolist()  # ⟨id⟩ outside the vocab
+            pieces = np.where(np.equal(raw, _NONE), text, raw).tolist()  # ⟨id⟩ outside the vocab
             shown = display_pieces(pieces, self.special, mode=self.mode).text
         else:
             shown = text.tolist()

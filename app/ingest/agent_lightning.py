@@ -28,7 +28,7 @@ import numpy as np
 
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, piece_kinds, record_meta, render_messages, render_policy
-from app.ingest._common import Record, id_token, scalar_meta, short_hash
+from app.ingest._common import Record, id_token, scalar_meta, short_hash, sub_object
 from app.ingest._document import Document
 from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, content_text
@@ -38,7 +38,7 @@ NAME = "agent_lightning"
 EVENT_KEYS = ("events", "spans")
 
 
-def _events(obj: Any) -> tuple[str, list] | None:
+def _events(obj: Any) -> tuple[str, list[Any]] | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("rollout"), dict):
         return None
     for key in EVENT_KEYS:
@@ -54,14 +54,14 @@ def sniff(doc: Document) -> bool:
 class _Call:
     """One model call, streamed chunks joined: prompt ids, response ids, text, tool calls, logprobs."""
 
-    def __init__(self, ev: dict, rec: Record, f: str) -> None:
+    def __init__(self, ev: dict[str, Any], rec: Record, f: str) -> None:
         resp = ev.get("response")
         chunks = resp if isinstance(resp, list) else [resp] if isinstance(resp, dict) else []
         self.prompt_ids = ev.get("prompt_token_ids")
         self.ids: list[int] | None = []
-        self.logprobs: list[float] | None = []
+        self.logprobs: list[Any] | None = []  # checked to be numbers below
         texts: list[str] = []
-        self.tool_calls: list = []
+        self.tool_calls: list[Any] = []
         for j, ch in enumerate(chunks):
             if not isinstance(ch, dict):
                 raise rec.error(
@@ -168,7 +168,7 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
     meta = record_meta(obj, {"reward", key, "rollout"}, f"upload:{NAME}")
     meta.update({f"rollout.{k}": v for k, v in scalar_meta(rollout, {"input"}).items()})
     reward = obj.get("reward", rollout.get("final_reward", rollout.get("reward")))
-    inp = rollout.get("input") if isinstance(rollout.get("input"), dict) else {}
+    inp = sub_object(rollout, "input")
     group = obj.get("group") or inp.get("task_id") or inp.get("id")
     b = SpanBuilder()
     prompt = ""

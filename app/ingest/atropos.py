@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from app.core.errors import ApiError, located
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import Record, float_list, id_token, scalar_meta
 from app.ingest._document import Document
 from app.ingest._registry import Pair, register_format
@@ -119,7 +119,8 @@ def episodes_of_group(
             )
         where = Record(rec.line, ep_no, obj)
         rows = {k: float_list(v[g], where, f"{k}[{g}]", n, f"tokens[{g}]") for k, v in extras.items()}
-        kinds, seen = [], False
+        kinds: list[Kind] = []
+        seen = False
         for m in mask:
             if m != NOT_TRAINED:
                 seen = True

@@ -51,12 +51,12 @@ def sniff(doc: Document) -> bool:
     return not (isinstance(output, list) and output and isinstance(output[0], list))
 
 
-def _is_policy(item: dict) -> bool:
+def _is_policy(item: dict[str, Any]) -> bool:
     t = item.get("type", "message")
     return t in POLICY_ITEMS or (t == "message" and item.get("role", "assistant") == "assistant")
 
 
-def _ids(item: dict, key: str) -> list | None:
+def _ids(item: dict[str, Any], key: str) -> list[Any] | None:
     v = item.get(key)
     return v if isinstance(v, list) and v else None
 
@@ -67,7 +67,7 @@ def _int_list(v: Any, rec: Record, field: str) -> list[int]:
     return v
 
 
-def _token_mode(output: list) -> bool:
+def _token_mode(output: list[Any]) -> bool:
     """True when every run of policy items ends with an item carrying generation ids."""
     saw = False
     for i, item in enumerate(output):
@@ -82,7 +82,7 @@ def _token_mode(output: list) -> bool:
     return saw
 
 
-def _input_messages(b: SpanBuilder, params: dict, rec: Record) -> str:
+def _input_messages(b: SpanBuilder, params: dict[str, Any], rec: Record) -> str:
     """Render the prompt; returns its text (for the default group)."""
     texts = []
     instr = params.get("instructions")
@@ -110,7 +110,7 @@ def _input_messages(b: SpanBuilder, params: dict, rec: Record) -> str:
     return "\n".join(texts)
 
 
-def _render_item(b: SpanBuilder, item: dict, rec: Record, f: str, seeded: bool = False) -> None:
+def _render_item(b: SpanBuilder, item: dict[str, Any], rec: Record, f: str, seeded: bool = False) -> None:
     """One Responses item as text spans. ``seeded``: a prior turn given in the input (prompt)."""
     t = item.get("type", "message")
     pol = "prompt" if seeded else "policy"
@@ -153,7 +153,7 @@ def _render_item(b: SpanBuilder, item: dict, rec: Record, f: str, seeded: bool =
         b.message(str(t), content_text(item.get("content"), rec, f + ".content"), "prompt")
 
 
-def _text_episode(rec: Record, output: list) -> tuple[SpanBuilder, str]:
+def _text_episode(rec: Record, output: list[Any]) -> tuple[SpanBuilder, str]:
     b = SpanBuilder()
     prompt = _input_messages(b, rec.obj["responses_create_params"], rec)
     for i, item in enumerate(output):
@@ -167,7 +167,7 @@ def _text_episode(rec: Record, output: list) -> tuple[SpanBuilder, str]:
 
 
 def _token_episode(
-    rec: Record, output: list, tokenizer: TokenDecoder | None
+    rec: Record, output: list[Any], tokenizer: TokenDecoder | None
 ) -> tuple[list[str], list[str], list[int], list[int], list[float] | None, list[int] | None]:
     ids: list[int] = []
     kinds: list[str] = []

@@ -15,9 +15,9 @@ of app/ingest/_chat.py.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 from app.core.tokenize import tokenize
 from app.ingest._chat import text_spans
 from app.ingest._common import Record, as_float, scalar_meta, short_hash
@@ -132,7 +132,7 @@ def episode_from_messages(rec: Record) -> EpisodeIn:
     group = obj.get("group") or obj.get("uid") or obj.get("task") or short_hash("\n".join(prompt_text))
     return EpisodeIn.model_construct(
         tokens=tokens,
-        kinds=kinds,
+        kinds=cast("list[Kind]", kinds),  # built from the three kinds only
         reward=reward,
         rewards=None,
         values=None,

@@ -18,7 +18,7 @@ from typing import Any
 
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, message_kind, no_messages, record_meta, render_policy
-from app.ingest._common import Record
+from app.ingest._common import Record, sub_object
 from app.ingest._document import Document
 from app.ingest._registry import Pair, register_format
 from app.ingest._spans import SpanBuilder, content_text
@@ -38,7 +38,7 @@ def sniff(doc: Document) -> bool:
     return isinstance(h, list) and bool(h) and _is_event(h[0])
 
 
-def _model_message(ev: dict) -> tuple[Any, dict | None]:
+def _model_message(ev: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     """(id, message) of the model call behind an action, from ``tool_call_metadata``."""
     meta = ev.get("tool_call_metadata")
     resp = meta.get("model_response") if isinstance(meta, dict) else None
@@ -53,14 +53,14 @@ def _model_message(ev: dict) -> tuple[Any, dict | None]:
     return resp.get("id"), msg if isinstance(msg, dict) else None
 
 
-def render_events(b: SpanBuilder, events: list, rec: Record, field: str) -> None:
-    done: set = set()
+def render_events(b: SpanBuilder, events: list[Any], rec: Record, field: str) -> None:
+    done: set[Any] = set()
     seen_policy = False
     for i, ev in enumerate(events):
         f = f"{field}[{i}]"
         if not isinstance(ev, dict):
             raise rec.error("wrong_type", f"field `{f}` must be an event object.", field=f)
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = sub_object(ev, "args")
         kind = message_kind(ev, seen_policy)
         if kind == "policy":
             seen_policy = True
@@ -83,7 +83,7 @@ def render_events(b: SpanBuilder, events: list, rec: Record, field: str) -> None
             b.message(str(ev.get("observation") or ev.get("source") or "event"), text, kind)
 
 
-def episode_from_events(rec: Record, events: list, field: str, obj: dict | None) -> EpisodeIn:
+def episode_from_events(rec: Record, events: list[Any], field: str, obj: dict[str, Any] | None) -> EpisodeIn:
     if not events:
         raise no_messages(rec, field)
     b = SpanBuilder()

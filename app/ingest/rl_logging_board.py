@@ -11,7 +11,7 @@ is what PPO trained on), so it becomes ``rewards`` and the logged ``reward`` is 
 
 from __future__ import annotations
 
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 from app.core.tokenize import tokenize
 from app.ingest._common import Record, as_float, float_list, scalar_meta, short_hash
 from app.ingest._document import Document
@@ -53,9 +53,11 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     if arrays["token_rewards"] is not None and reward is not None:
         meta["reward"] = reward
         reward = None
+    kinds: list[Kind] = ["prompt"] * len(prompt)
+    kinds += ["policy"] * n
     return EpisodeIn.model_construct(
         tokens=prompt + resp,
-        kinds=["prompt"] * len(prompt) + ["policy"] * n,
+        kinds=kinds,
         reward=reward,
         rewards=arrays["token_rewards"],
         values=arrays["values"],

@@ -80,8 +80,8 @@ def _err(
     return ApiError(status, code, prefix + message, field=field, episode=episode)
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
             raise _err(f"the header names `{k}` twice.", field=k)
@@ -89,7 +89,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def read_header(data: bytes) -> tuple[dict[str, dict], dict[str, str], int]:
+def read_header(data: bytes) -> tuple[dict[str, dict[str, Any]], dict[str, str], int]:
     """(tensor entries by name, metadata, start of the data section), all validated; ApiError 422
     naming the tensor otherwise. Reads nothing but the header."""
     if len(data) < 8:
@@ -181,7 +181,7 @@ def read_header(data: bytes) -> tuple[dict[str, dict], dict[str, str], int]:
     return header, meta, start
 
 
-def _array(data: bytes, start: int, entry: dict) -> np.ndarray:
+def _array(data: bytes, start: int, entry: dict[str, Any]) -> np.ndarray:
     dtype = entry["dtype"]
     begin, end = entry["data_offsets"]
     np_dtype = _INTS.get(dtype) or _FLOATS[dtype]
@@ -204,7 +204,7 @@ def _metadata(meta: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def _rows(value: Any, B: int, key: str) -> list:
+def _rows(value: Any, B: int, key: str) -> list[Any]:
     if not isinstance(value, list) or len(value) != B:
         got = f"{len(value)} entries" if isinstance(value, list) else type(value).__name__
         raise _err(f"metadata `{key}` must be a list of {B} entries (one per row); got {got}.", field=key)
@@ -214,11 +214,24 @@ def _rows(value: Any, B: int, key: str) -> list:
 def episodes(doc: Document, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
     """Validate the whole file first (every error before any episode), then hand over the
     episodes one row at a time as arrays (app/core/validate.py checks and stores them as they are)."""
-    rows = _validated(doc.data)
-    yield from _episodes(*rows, tokenizer)
+    yield from _episodes(*_validated(doc.data), tokenizer=tokenizer)
 
 
-def _validated(data: bytes) -> tuple:
+# What _validated checked and _episodes reads: arrays by name, the non-padding mask, then the
+# optional tokens, special-token positions, group labels, group ids, rewards and user meta.
+_Checked = tuple[
+    dict[str, np.ndarray],
+    np.ndarray,
+    list[Any] | None,
+    list[Any] | None,
+    list[Any] | None,
+    list[Any] | None,
+    list[Any] | None,
+    Any,
+]
+
+
+def _validated(data: bytes) -> _Checked:
     header, raw_meta, start = read_header(data)
     check_protocol(raw_meta.get(PROTOCOL_KEY), f"__metadata__.{PROTOCOL_KEY}")  # none: version 1
     if "kinds" not in header:
@@ -294,7 +307,7 @@ def _validated(data: bytes) -> tuple:
                     field="tokens",
                     episode=b + 1,
                 )
-    else:
+    elif ids is not None:
         kept_ids = ids[keep]
         if ids.dtype.kind == "i" and kept_ids.size and kept_ids.min() < 0:
             b = int(np.argwhere((ids < 0) & keep)[0][0])
@@ -330,11 +343,11 @@ def _validated(data: bytes) -> tuple:
 def _episodes(
     arrays: dict[str, np.ndarray],
     keep: np.ndarray,
-    tokens: list | None,
-    special: list | None,
-    labels: list | None,
-    group_ids: list | None,
-    reward: list | None,
+    tokens: list[Any] | None,
+    special: list[Any] | None,
+    labels: list[Any] | None,
+    group_ids: list[Any] | None,
+    reward: list[Any] | None,
     user_meta: Any,
     tokenizer: TokenDecoder | None = None,
 ) -> Iterator[tuple[int | None, ArrayEpisode]]:
@@ -352,7 +365,7 @@ def _episodes(
         row_ids = ids[b][k] if ids is not None else None
         row_tokens = tokens[b] if tokens is not None else None
         marks = special[b] if special is not None else None
-        if row_tokens is None and tokenizer is not None:
+        if row_tokens is None and tokenizer is not None and row_ids is not None:
             row_tokens, found = tokenizer.row(row_ids)
             marks = marks if marks is not None else (found or None)
         if marks is not None:

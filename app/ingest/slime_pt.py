@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from app.core.errors import ApiError
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import Record, id_token, mask_kinds, short_hash
 from app.ingest._damage import torch_load_damage
 from app.ingest._document import Document
@@ -108,8 +108,9 @@ def _samples(obj: Any) -> list[Any]:
         return obj
     if not isinstance(obj, dict):
         raise _err(f"expected a dict with `samples` (slime's dump), got {type(obj).__name__}.")
-    if isinstance(obj.get("samples"), list):
-        return obj["samples"]
+    samples = obj.get("samples")
+    if isinstance(samples, list):
+        return samples
     cols = obj.get("rollout_data")
     if isinstance(cols, dict):
         n = len(cols.get("tokens") or [])
@@ -226,7 +227,7 @@ _META_KEYS = (
 
 
 def episode_from_sample(
-    rec: Record, raw_reward: list | None, vocab: Any, step: Any, tokenizer: TokenDecoder | None = None
+    rec: Record, raw_reward: list[Any] | None, vocab: Any, step: Any, tokenizer: TokenDecoder | None = None
 ) -> EpisodeIn:
     """One slime sample dict -> one native episode (errors name the field and the episode)."""
     s = rec.obj
@@ -240,7 +241,7 @@ def episode_from_sample(
     if rlen is None:
         raise rec.error("missing_field", "required field `response_length` is missing.", "response_length")
     rlen = _scalar(rlen, rec, rl_name)
-    if rlen != int(rlen) or not 0 < rlen <= len(ids):
+    if rlen is None or rlen != int(rlen) or not 0 < rlen <= len(ids):
         raise rec.error(
             "wrong_type",
             f"field `{rl_name}` is {rlen:g}; expected an integer in 1..{len(ids)} (the length of `tokens`).",
@@ -250,7 +251,8 @@ def episode_from_sample(
     P = len(ids) - R
     m_name, mask = _get(s, "loss_mask")
     mask = [1] * R if mask is None else [int(x) for x in _floats(mask, rec, m_name, R)]
-    kinds = ["prompt"] * P + ["policy" if x else "tool" for x in mask]
+    kinds: list[Kind] = ["prompt"] * P
+    kinds += ["policy" if x else "tool" for x in mask]
     if P == 0:  # no prompt: zeros before the first policy token are the prompt after all
         kinds = mask_kinds(mask)
     special = None
@@ -310,7 +312,7 @@ def episodes(doc: Document, tokenizer: TokenDecoder | None = None) -> Iterator[P
     if not samples:
         raise _err("field `samples` is empty; there is nothing to show.", "samples")
     top = obj if isinstance(obj, dict) else {}
-    raw = top.get("raw_reward")
+    raw: Any = top.get("raw_reward")
     raw = raw.tolist() if hasattr(raw, "tolist") else raw
     if isinstance(top.get("rollout_data"), dict):
         raw = raw if raw is not None else top["rollout_data"].get("raw_reward")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, no_messages, record_meta, render_messages
-from app.ingest._common import Record
+from app.ingest._common import Record, sub_object
 from app.ingest._document import Document
 from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder
@@ -42,7 +42,7 @@ def episode_from_record(rec: Record) -> EpisodeIn:
         raise no_messages(rec, "history")
     b = SpanBuilder()
     render_messages(b, obj["history"], rec, "history")
-    info = obj.get("info") if isinstance(obj.get("info"), dict) else {}
+    info = sub_object(obj, "info")
     meta = record_meta(obj, {"reward", "score", "group"}, f"upload:{NAME}")
     status = info.get("exit_status")
     if isinstance(status, str):

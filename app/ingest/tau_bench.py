@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, no_messages, record_meta, render_messages
-from app.ingest._common import Record, scalar_meta
+from app.ingest._common import Record, scalar_meta, sub_object
 from app.ingest._document import Document
 from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder
@@ -29,7 +29,7 @@ def episode_from_record(rec: Record) -> EpisodeIn:
     obj = rec.obj
     if not isinstance(obj, dict) or not isinstance(obj.get("traj"), list):
         raise rec.error("missing_field", "field `traj` (a list of chat messages) is missing.", field="traj")
-    info = obj.get("info") if isinstance(obj.get("info"), dict) else {}
+    info = sub_object(obj, "info")
     if not obj["traj"]:
         err = info.get("error")
         raise no_messages(rec, "traj", f" (the run failed: {str(err)[:200]})" if err else "")

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.core.errors import ApiError
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 from app.core.tokenize import tokenize
 from app.ingest._common import Record, scalar_meta, short_hash
 from app.ingest._damage import damaged
@@ -81,7 +81,8 @@ def read_rows(data: bytes) -> list[dict[str, Any]]:
             code="too_large",
         )
     try:
-        return pf.read().to_pylist()
+        rows: list[dict[str, Any]] = pf.read().to_pylist()
+        return rows
     except Exception as e:  # a column chunk whose pages do not decode
         raise damaged("a parquet column chunk", f"cannot be decoded ({_first_line(e)})") from None
 
@@ -103,7 +104,7 @@ def _number(value: Any, rec: Record, name: str, nan_ok: bool) -> float | None:
     return float(value)
 
 
-def _messages(value: Any, rec: Record, name: str) -> list[dict]:
+def _messages(value: Any, rec: Record, name: str) -> list[dict[str, Any]]:
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value):
         raise rec.error("wrong_type", f"field `{name}` must be a string or a list of chat messages.", name)
     # pyarrow gives every struct field to every message; drop the absent ones (None).
@@ -126,16 +127,19 @@ def episode_from_row(rec: Record) -> EpisodeIn:
     prompt, completion = row["prompt"], row["completion"]
     if isinstance(prompt, str) and isinstance(completion, str):
         p, c = tokenize(prompt), tokenize(completion) + [END]
-        tokens, kinds = p + c, ["prompt"] * len(p) + ["policy"] * len(c)
-        turn_ids = None
+        tokens = p + c
+        kinds: list[Kind] = ["prompt"] * len(p)
+        kinds += ["policy"] * len(c)
+        turn_ids: list[int] | None = None
         prompt_key = prompt
     elif isinstance(prompt, list) and isinstance(completion, list):
         pm, cm = _messages(prompt, rec, "prompt"), _messages(completion, rec, "completion")
         head = episode_from_messages(Record(rec.line, rec.episode, {"messages": pm}))
         tail = episode_from_messages(Record(rec.line, rec.episode, {"messages": cm}))
         tokens = head.tokens + tail.tokens
-        kinds = ["prompt"] * len(head.tokens) + tail.kinds
-        turn_ids = [-1] * len(head.tokens) + tail.turn_ids
+        kinds = ["prompt"] * len(head.tokens)
+        kinds += tail.kinds
+        turn_ids = [-1] * len(head.tokens) + (tail.turn_ids or [])
         prompt_key = json.dumps(pm, sort_keys=True, default=str)
     else:
         bad = "prompt" if not isinstance(prompt, (str, list)) else "completion"

@@ -37,7 +37,7 @@ def sniff(doc: Document) -> bool:
     )
 
 
-def _messages(value: Any, rec: Record, field: str) -> list[dict]:
+def _messages(value: Any, rec: Record, field: str) -> list[dict[str, Any]]:
     if isinstance(value, str):
         return [{"role": "user" if field == "prompt" else "assistant", "content": value}]
     if not isinstance(value, list):

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.core.errors import ApiError, located
-from app.core.schemas import EpisodeIn
+from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import id_token
 from app.ingest._damage import torch_load_damage
 from app.ingest._document import Document
@@ -246,11 +246,13 @@ def rows(batch: Batch, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
             meta["step"] = batch.step
         if special:
             meta["special_tokens"] = special
+        kinds: list[Kind] = ["prompt"] * len(p_list)
+        kinds += ["policy" if x else "tool" for x in m]
         yield (
             None,
             EpisodeIn.model_construct(
                 tokens=tokens,
-                kinds=["prompt"] * len(p_list) + ["policy" if x else "tool" for x in m],
+                kinds=kinds,
                 reward=None,
                 rewards=arrays.get("rewards"),
                 values=arrays.get("values"),
