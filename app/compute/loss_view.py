@@ -51,8 +51,10 @@ STATE_MARKS = (
     ),
 )
 
-# Every parameter name some registered loss takes (the query keys the loss views read).
-PARAM_NAMES = tuple(dict.fromkeys(p for s in available_losses().values() for p in s.params))
+
+def param_names() -> tuple[str, ...]:
+    """Every parameter name some registered loss takes (the query keys the loss views read)."""
+    return tuple(dict.fromkeys(p for s in available_losses().values() for p in s.params))
 
 
 @dataclass(frozen=True)

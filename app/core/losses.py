@@ -14,6 +14,7 @@ from estimators.registry import TRAINERS
 __all__ = [
     "DEFAULT_LOSS",
     "EPISODE_CONTROLS",
+    "canonical",
     "catalog",
     "choices",
     "client_config",
@@ -38,9 +39,16 @@ def default_text(param: str) -> str:
     return p.text(p.default)
 
 
-def episode_losses() -> tuple[str, ...]:
-    """The losses the episode page's controls fit: those taking every one of :data:`EPISODE_CONTROLS`."""
-    return tuple(n for n, s in available_losses().items() if all(c in s.params for c in EPISODE_CONTROLS))
+def episode_losses(aliases: bool = True) -> tuple[str, ...]:
+    """The losses the episode page's controls fit: those taking every one of
+    :data:`EPISODE_CONTROLS` (verl's, with their ``verl:`` aliases unless ``aliases`` is False)."""
+    specs = available_losses(aliases=aliases)
+    return tuple(n for n, s in specs.items() if all(c in s.params for c in EPISODE_CONTROLS))
+
+
+def canonical(name: str) -> str:
+    """The registered name an alias stands for (``verl:gspo`` -> ``gspo``); other names as given."""
+    return get_loss(name).alias_of or name
 
 
 def choices(param: str) -> tuple[str, ...]:
@@ -61,7 +69,11 @@ def threshold_or_default(raw: str | None) -> str:
 
 def page_choices() -> dict[str, tuple[str, ...]]:
     """The episode page's loss controls: its losses, the aggregations and rollout corrections."""
-    return {"losses": episode_losses(), "aggs": choices("agg"), "rollout_is": choices("rollout_is")}
+    return {
+        "losses": episode_losses(aliases=False),
+        "aggs": choices("agg"),
+        "rollout_is": choices("rollout_is"),
+    }
 
 
 def _param(spec: LossSpec, name: str) -> dict[str, Any]:

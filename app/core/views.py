@@ -166,7 +166,7 @@ class EpisodeView:
             tok=int(tok_raw) if tok_raw.isdigit() else None,
             chart=q.get("chart") == "1",
             signals=signals,
-            loss=_choice(q.get("loss"), ls.episode_losses(), ls.DEFAULT_LOSS),
+            loss=ls.canonical(_choice(q.get("loss"), ls.episode_losses(), ls.DEFAULT_LOSS)),
             agg=_choice(q.get("agg"), ls.choices("agg"), ls.default_text("agg")),
             rollout_is=_choice(q.get("rollout_is"), ls.choices("rollout_is"), ls.default_text("rollout_is")),
             rollout_is_threshold=ls.threshold_or_default(q.get("rollout_is_threshold")),

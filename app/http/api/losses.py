@@ -35,7 +35,7 @@ def loss_params(
 ) -> lv.LossParams:
     """The query's loss, its parameters and bypass, or a 422 naming the parameter."""
     q = request.query_params
-    given = {name: q[name] for name in lv.PARAM_NAMES if name in q}
+    given = {name: q[name] for name in lv.param_names() if name in q}
     return lv.parse(loss, given, bypass)
 
 

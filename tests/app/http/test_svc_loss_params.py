@@ -185,3 +185,16 @@ def test_list_of_losses(client):
     }  # fmt: skip
     assert body["losses"]["verl:gspo"]["alias_of"] == "gspo"
     assert "loss_reduction" in body["param_names"] and "agg" in body["param_names"]
+
+
+def test_episode_page_view_reads_verls_losses_and_their_aliases():
+    """The episode page's controls are verl's (agg, rollout_is, rollout_is_threshold): a link with a
+    `verl:` alias shows the loss under its plain name; another trainer's loss, which takes none of
+    those controls, falls back to the default (the API row takes it: the tests above)."""
+    from app.core.views import EpisodeView
+
+    view = EpisodeView.from_query(
+        {"scheme": "uploaded,loss_weights", "loss": "verl:gspo", "agg": "token-sum"}
+    )
+    assert (view.loss, view.agg) == ("gspo", "token-sum")
+    assert EpisodeView.from_query({"scheme": "loss_weights", "loss": "trl:dapo"}).loss == "vanilla"
