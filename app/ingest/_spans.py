@@ -65,26 +65,11 @@ class SpanBuilder:
         self.add(["<tool_call>", *tokenize(" " + name + " " + arguments), "</tool_call>"], "policy")
 
     def episode(self, **fields: Any) -> EpisodeIn:
-        """The native episode (validated later by app/core/validate.py, like every format's)."""
-        base: dict[str, Any] = {
-            "reward": None,
-            "rewards": None,
-            "values": None,
-            "logprobs": None,
-            "advantages": None,
-            "ref_logprobs": None,
-            "rollout_logprobs": None,
-            "entropy": None,
-            "token_ids": None,
-            "turn_ids": self.turn_ids,
-            "turn_states": None,
-            "group": None,
-            "truncated": False,
-            "bootstrap_value": None,
-            "meta": {},
-        }
+        """The native episode (validated later by app/core/validate.py, like every format's); the
+        fields not given keep EpisodeIn's defaults (absent, not truncated)."""
+        base: dict[str, Any] = {"turn_ids": self.turn_ids, "meta": {}}
         base.update(fields)
-        if base["token_ids"] is None and isinstance(base["meta"], dict):
+        if base.get("token_ids") is None and isinstance(base["meta"], dict):
             # Text split by the offline tokenizer: the counts are words, not the model's tokens.
             base["meta"].setdefault("tokens", "words")
         kinds = cast("list[Kind]", self.kinds)  # add() is only ever given the three kinds

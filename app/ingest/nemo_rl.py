@@ -130,12 +130,8 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
         advantages=per_token("advantages"),
         ref_logprobs=per_token("ref_logprobs"),
         rollout_logprobs=rollout_logprobs,
-        entropy=None,
         token_ids=ids,
-        turn_ids=None,
         group=str(group),
-        truncated=False,
-        bootstrap_value=None,
         meta=meta,
     )
 

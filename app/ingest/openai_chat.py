@@ -134,13 +134,9 @@ def episode_from_messages(rec: Record) -> EpisodeIn:
         tokens=tokens,
         kinds=cast("list[Kind]", kinds),  # built from the three kinds only
         reward=reward,
-        rewards=None,
-        values=None,
-        logprobs=None,
         turn_ids=turn_ids,
         group=str(group),
         truncated=bool(obj.get("truncated", False)),
-        bootstrap_value=None,
         meta=meta,
     )
 

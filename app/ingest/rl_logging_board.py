@@ -62,10 +62,7 @@ def episode_from_record(rec: Record) -> EpisodeIn:
         rewards=arrays["token_rewards"],
         values=arrays["values"],
         logprobs=arrays["logprobs"],
-        turn_ids=None,
         group=str(obj.get("group") or short_hash(prompt_text)),
-        truncated=False,
-        bootstrap_value=None,
         meta=meta,
     )
 

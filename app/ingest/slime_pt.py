@@ -264,14 +264,6 @@ def episode_from_sample(
         "tokens": tokens,
         "token_ids": ids,
         "kinds": kinds,
-        "reward": None,
-        "rewards": None,
-        "values": None,
-        "logprobs": None,
-        "turn_ids": None,
-        "group": None,
-        "truncated": False,
-        "bootstrap_value": None,
         "meta": {"source": f"upload:{NAME}"},
     }
     pad = [0.0] * P

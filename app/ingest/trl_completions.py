@@ -169,13 +169,7 @@ def episode_from_row(rec: Record) -> EpisodeIn:
         "tokens": tokens,
         "kinds": kinds,
         "reward": reward,
-        "rewards": None,
-        "values": None,
-        "logprobs": None,
         "turn_ids": turn_ids,
-        "group": None,
-        "truncated": False,
-        "bootstrap_value": None,
         "meta": meta,
     }
     if "advantage" in row:

@@ -253,7 +253,6 @@ def rows(batch: Batch, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
             EpisodeIn.model_construct(
                 tokens=tokens,
                 kinds=kinds,
-                reward=None,
                 rewards=arrays.get("rewards"),
                 values=arrays.get("values"),
                 logprobs=arrays.get("logprobs"),
@@ -262,10 +261,7 @@ def rows(batch: Batch, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
                 rollout_logprobs=arrays.get("rollout_logprobs"),
                 entropy=arrays.get("entropy"),
                 token_ids=ids,
-                turn_ids=None,
                 group=None if batch.uid is None else str(batch.uid[b]),
-                truncated=False,
-                bootstrap_value=None,
                 meta=meta,
             ),
         )
