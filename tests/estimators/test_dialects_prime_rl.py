@@ -104,3 +104,13 @@ def test_gamma_is_not_read():
     inp.gamma = 0.5
     b = compute("prime_rl:grpo", inp)
     torch.testing.assert_close(a.advantages, b.advantages, rtol=0, atol=0)
+
+
+def test_truncated_rows_are_scored_like_the_others():
+    """prime-rl's advantage reads only the rollout's reward: a truncated row (a finite last_value)
+    gets the same number as a terminated one."""
+    a = compute("prime_rl:grpo", _inp([1.0, 0.0], [0, 0]))
+    inp = _inp([1.0, 0.0], [0, 0])
+    inp.last_value = torch.tensor([2.0, float("nan")], dtype=F64)
+    b = compute("prime_rl:grpo", inp)
+    torch.testing.assert_close(a.advantages, b.advantages, rtol=0, atol=0)
