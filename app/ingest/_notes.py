@@ -92,14 +92,30 @@ def metrics_log(first: Any) -> list[str] | None:
     return nums if len(nums) >= 2 else None
 
 
+# Metric name prefixes that name the trainer whose logger wrote them.
+TRAINER_PREFIXES = (
+    (("actor/", "critic/", "timing_s/"), "verl"),
+    (("train/", "eval/"), "TRL / transformers"),
+    (("rollout/", "perf/"), "slime"),
+)
+
+
+def _trainer_of(metrics: list[str]) -> str:
+    for prefixes, name in TRAINER_PREFIXES:
+        if any(m.startswith(prefixes) for m in metrics):
+            return f" (metric names as {name} logs them)"
+    return ""
+
+
 def describe(first: Any, n_lines: int | None = None) -> str | None:
     """A sentence saying what a file whose first record is ``first`` looks like, when that is
     not an episode; None when it may be one."""
     lines = f"{n_lines} line{'s' if n_lines != 1 else ''} of " if n_lines else ""
     metrics = metrics_log(first)
     if metrics is not None:
+        trainer = _trainer_of(metrics)
         return (
-            f"this looks like a training metrics log: {lines}`step` and numeric metrics "
+            f"this looks like a training metrics log{trainer}: {lines}`step` and numeric metrics "
             f"({_keys(metrics)}), not episodes. creditlens reads episodes (token by token, with "
             "rewards); upload the trainer's rollout or trajectory dump instead, or log each step "
             "of the run with its episodes (POST /api/runs/{ref}/steps/{step}), which computes the "

@@ -61,6 +61,7 @@ from app.ingest._roles import ROLE_KINDS, Kind, normalise, role_kind
 from app.ingest._spans import SpanBuilder
 
 MAX_DEPTH = 4
+MAX_RECORD_LISTS = 2  # lists of records passed through on the way to a message list
 SAMPLE = 8  # items of a list looked at to decide whether it is a message list
 
 # ---- what a message looks like -----------------------------------------------------------------
@@ -314,7 +315,8 @@ def _has_policy(items: Sequence[Any]) -> bool:
 
 def candidates(obj: Any, depth: int = MAX_DEPTH) -> list[Candidate]:
     """Every message list in ``obj`` (a record) up to ``depth`` levels, including the record
-    itself when it is one (path ``()``)."""
+    itself when it is one (path ``()``); each record of a list of records (``samples[]``) is
+    looked into ``depth`` levels again."""
     out: list[Candidate] = []
 
     def walk(v: Any, path: Path, d: int) -> None:
@@ -327,6 +329,9 @@ def candidates(obj: Any, depth: int = MAX_DEPTH) -> list[Candidate]:
             first = v[0]
             if len(v) == 1 and is_message_list(first):  # LangChain's [[messages]]
                 walk(first, (*path, "0"), d - 1)
+            elif isinstance(first, dict) and path.count(WILD) < MAX_RECORD_LISTS:
+                # A list of records: each record is looked into as deep as the file itself.
+                walk(first, (*path, WILD), depth)
             elif isinstance(first, (dict, list)):
                 walk(first, (*path, WILD), d - 1)
         elif isinstance(v, dict) and d > 0:

@@ -30,9 +30,12 @@ from app.ingest._containers import first_record, is_gzip, is_torch_zip, json_mem
 from app.ingest._document import Document
 from app.ingest._registry import Pair, register_format
 from app.ingest._structure import (
+    WILD,
+    Path,
     Plan,
     build_episode,
     episode_records,
+    get_path,
     item_shape,
     plan_of,
     reward_keys_looked_at,
@@ -79,9 +82,35 @@ class _Plans:
         if not isinstance(obj, dict):
             return plan_of(obj)
         key = tuple(obj)
-        if key not in self.by_keys:
-            self.by_keys[key] = plan_of(obj)
-        return self.by_keys[key]
+        plan = self.by_keys.get(key)
+        if plan is None or not _fits(obj, plan):  # same keys, another shape inside: look again
+            plan = self.by_keys[key] = plan_of(obj)
+        return plan
+
+
+def _fits(obj: Any, plan: Plan) -> bool:
+    """True when ``plan`` reads ``obj`` (its records root and, without one, its message lists)."""
+    if WILD in plan.root:
+        return isinstance(get_path(obj, plan.root[: plan.root.index(WILD)]), list)
+    return _reads(obj, plan.parts, plan.texts)
+
+
+def _reads(obj: Any, parts: list[Path], texts: tuple[str | None, str] | None) -> bool:
+    if texts is not None:
+        return isinstance(obj, dict) and isinstance(obj.get(texts[1]), str)
+    return any(isinstance(obj if not p else get_path(obj, p), list) for p in parts)
+
+
+def _episode_plans(obj: Any, plan: Plan) -> Iterator[tuple[Any, str, Plan]]:
+    """(episode record, where, how to read it): a record of a list whose messages sit elsewhere
+    than in the first record's gets a plan of its own."""
+    for rec, where in episode_records(obj, plan):
+        if plan.root and not _reads(rec, plan.parts, plan.texts):
+            own = plan_of(rec)
+            if own is not None and not own.root:
+                yield rec, where, own
+                continue
+        yield rec, where, plan
 
 
 def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
@@ -118,8 +147,8 @@ def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[
                 else f"{_where(rec, member)}: a {type(rec.obj).__name__}, not a record"
             )
             continue
-        for obj, where in episode_records(rec.obj, plan):
-            built = build_episode(obj, plan.parts, where, SOURCE, plan.texts)
+        for obj, where, own in _episode_plans(rec.obj, plan):
+            built = build_episode(obj, own.parts, where, SOURCE, own.texts)
             for role, count in built.unknown_roles.items():
                 unknown[role] = unknown.get(role, 0) + count
             if built.episode is None:

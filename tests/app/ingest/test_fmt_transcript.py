@@ -80,7 +80,9 @@ def test_metrics_log_is_a_422_that_says_what_it_is(client):
     assert r.status_code == 422
     err = r.json()["error"]
     assert err["code"] == "not_episodes"
-    assert err["message"].startswith("This looks like a training metrics log: 4 lines of `step`")
+    assert err["message"].startswith(
+        "This looks like a training metrics log (metric names as verl logs them): 4 lines of `step`"
+    )
     assert row_counts(client) == (0, 0)
 
 

@@ -430,7 +430,9 @@ def test_metrics_log_says_what_it_is():
     with pytest.raises(ApiError) as e:
         _read(lines)
     assert e.value.code == "not_episodes"
-    assert e.value.message.startswith("This looks like a training metrics log: 3 lines of `step`")
+    assert e.value.message.startswith(
+        "This looks like a training metrics log (metric names as verl logs them): 3 lines of `step`"
+    )
     assert "`actor/entropy`" in e.value.message
 
 

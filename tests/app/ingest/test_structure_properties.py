@@ -122,3 +122,20 @@ def test_a_transcript_anywhere_in_any_shape_is_found(case):
     assert all(r in policy for r in replies)
     assert all(o in tool for o in results)
     assert prompt in prompt_text
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records(), min_size=1, max_size=4), KEY, st.sampled_from(["json", "jsonl"]))
+def test_each_record_of_a_list_under_any_key_is_an_episode(cases, key, container):
+    # The records side by side under one key of one object (an eval log's samples), or one per
+    # line: one episode each, in order, whatever the shape and depth of each.
+    recs = [c[0] for c in cases]
+    if container == "json":
+        data = json.dumps({key: recs, "k_summary": {"k_n": len(recs)}}).encode()
+    else:
+        data = "".join(json.dumps(r) + "\n" for r in recs).encode()
+    eps = [ep for _, ep in episodes(Document.of(data))]
+    assert len(eps) == len(cases)
+    for ep, (_, _, replies, _) in zip(eps, cases, strict=True):
+        policy = "".join(t for t, k in zip(ep.tokens, ep.kinds, strict=True) if k == "policy")
+        assert all(r in policy for r in replies)
