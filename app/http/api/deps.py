@@ -1,9 +1,11 @@
 """Shared API dependencies: the write-token check (also used by POST /api/samples) and the client's
-wire protocol version (``X-Creditlens-Protocol``, see app/core/protocol.py)."""
+wire protocol version (``X-Creditlens-Protocol``, see app/core/protocol.py), and the id of a
+stored row."""
 
 from __future__ import annotations
 
 import secrets
+from typing import Protocol
 
 from fastapi import Request
 
@@ -35,3 +37,16 @@ def client_protocol(request: Request) -> int:
     """The wire protocol version the client names in ``X-Creditlens-Protocol`` (none: 1); a 400
     naming both versions when it is newer than this server's. On every route a client writes to."""
     return check_protocol(request.headers.get(PROTOCOL_HEADER), PROTOCOL_HEADER)
+
+
+class _Row(Protocol):
+    @property
+    def id(self) -> int | None: ...
+
+
+def stored_id(row: _Row) -> int:
+    """The id of a row read from the database (the models type it ``int | None``: a row not
+    flushed yet has none)."""
+    if row.id is None:
+        raise ValueError(f"a {type(row).__name__} row that was never stored")
+    return row.id

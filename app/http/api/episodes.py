@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from sqlmodel import Session
 
@@ -9,6 +11,7 @@ from app.compute import loss_view as lv
 from app.compute.advantages import episode_advantages
 from app.compute.batch import BatchContext
 from app.core import schemes as sc
+from app.core.arrays import EpisodeArrays
 from app.core.errors import not_found
 from app.core.schemas import AdvantagesOut, EpisodeOut, ErrorOut, SignalsOut
 from app.core.settings import Settings
@@ -25,7 +28,11 @@ from app.storage.models import Batch
 from app.storage.store import batch_ref, delete_episode, episode_or_404, get_batch
 
 router = APIRouter(tags=["episodes"])
-ERRORS = {404: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorOut},
+    413: {"model": ErrorOut},
+    422: {"model": ErrorOut},
+}
 
 
 @router.get(
@@ -34,7 +41,7 @@ ERRORS = {404: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": Err
     responses=ERRORS,
     summary="The episode as stored (native format)",
 )
-def get_episode(slug: str, session: SessionDep):
+def get_episode(slug: str, session: SessionDep) -> Response:
     ep = episode_or_404(session, slug)
     body = episode_to_native(ep).model_dump()
     body["slug"] = ep.slug
@@ -53,7 +60,7 @@ def batch_context(session: Session, batch_id: int, slug: str, settings: Settings
     if batch is not None:
         summary = batch_summary(session, batch, settings)
 
-        def load_rows(rows: list[int]) -> list:
+        def load_rows(rows: list[int]) -> list[EpisodeArrays]:
             by_row = {i: s for s, i in summary.slugs.items()}
             return [episode_arrays(e) for e in episodes_by_slug(session, batch_id, [by_row[r] for r in rows])]
 
@@ -97,7 +104,7 @@ def get_advantages(
         "(left out when the episode lacks their arrays; see `available_signals`)",
     ),
     loss_params: lv.LossParams = Depends(loss_api.loss_params),
-):
+) -> Response:
     signals = parse_signals(signal)
     ep = episode_or_404(session, slug)
     arrays = episode_arrays(ep)
@@ -133,7 +140,7 @@ def get_signals(
         [],
         description="repeat or comma-separate: logprob, entropy, kl, ratio, token_scores, token_weights (default: every one available)",
     ),
-):
+) -> Response:
     names = parse_signals(signal)
     ep = episode_or_404(session, slug)
     arrays = episode_arrays(ep)
@@ -162,6 +169,6 @@ def remove_episode(
     session: SessionDep,
     token: str | None = Query(None, description="the delete_token returned by the upload"),
     x_delete_token: str | None = Header(None),
-):
+) -> Response:
     delete_episode(session, slug, x_delete_token or token)
     return Response(status_code=204)

@@ -3,6 +3,8 @@ run's stored per-step metrics, delete a run with its delete token."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from sqlalchemy.exc import IntegrityError
 
@@ -23,7 +25,7 @@ from app.core.schemas import (
 )
 from app.http.api._json import dumps, json_response
 from app.http.api.batches import _iso
-from app.http.api.deps import client_protocol, require_write
+from app.http.api.deps import client_protocol, require_write, stored_id
 from app.http.api.uploads import FormatQuery, NameQuery, ingest, ingest_thread, read_upload
 from app.storage import runs as rs
 from app.storage.db import SessionDep
@@ -32,7 +34,7 @@ from app.storage.models import Run
 from app.storage.prompts import list_prompts, prompt_history
 
 router = APIRouter(tags=["runs"])
-ERRORS = {404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
 # GET /api/runs pages: the default and the most a request may ask for (a page is one query).
 RUNS_PAGE_DEFAULT = 100
 RUNS_PAGE_MAX = 1000
@@ -41,7 +43,7 @@ TOTAL_DOC = "how many runs match (name), over all pages"
 RunId = Path(description="the run's id (public runs) or slug (unlisted runs)", max_length=64)
 
 
-def _summary(run: Run, n_steps: int, last_step: int | None, stored_bytes: int = 0) -> dict:
+def _summary(run: Run, n_steps: int, last_step: int | None, stored_bytes: int = 0) -> dict[str, Any]:
     ref = rs.run_ref(run)
     return {
         "id": run.id,
@@ -76,7 +78,7 @@ def _step_exists(run_id: int | str, step: int) -> ApiError:
     responses={400: {"model": ErrorOut}, 401: {"model": ErrorOut}, 422: {"model": ErrorOut}},
     summary="Create a training run",
 )
-def create_run(body: RunIn, request: Request, session: SessionDep):
+def create_run(body: RunIn, request: Request, session: SessionDep) -> Response:
     """A new run; post its steps to ``/api/runs/{ref}/steps/{step}`` (``ref``: its id, or its slug
     when unlisted; its steps inherit its visibility). The ``delete_token`` is shown once. A client
     names its wire protocol in ``X-Creditlens-Protocol`` or ``protocol`` (none: 1); one newer than
@@ -108,16 +110,16 @@ def get_runs(
         description="comma-separated step metrics (e.g. pass_rate): each run gets `spark`, those "
         "metrics' last 100 steps as [[step, value], ...] (the home page's sparklines)",
     ),
-):
+) -> Response:
     """One page of the public runs (unlisted runs are never listed), with the number of runs the
     pages cover in the ``X-Total-Count`` header (the body stays a plain list)."""
     page = rs.list_runs(session, name=name, limit=limit, offset=offset)
-    sizes = rs.stored_bytes(session, [r.id for r, _, _ in page])
-    body = [_summary(*row, sizes.get(row[0].id, 0)) for row in page]
+    sizes = rs.stored_bytes(session, [stored_id(r) for r, _, _ in page])
+    body = [_summary(*row, sizes.get(stored_id(row[0]), 0)) for row in page]
     names = [n.strip() for n in (spark or "").split(",") if n.strip()]
     if names:
         for out, (run, _, _) in zip(body, page, strict=True):
-            series = rs.metrics_series(rs.run_steps(session, run.id))
+            series = rs.metrics_series(rs.run_steps(session, stored_id(run)))
             out["spark"] = {n: series.get(n, [])[-SPARK_STEPS:] for n in names}
     response = json_response(body)
     response.headers["X-Total-Count"] = str(rs.count_runs(session, name=name))
@@ -152,17 +154,18 @@ def _compare_refs(runs: str | None) -> list[str]:
 def compare_runs(
     session: SessionDep,
     runs: str | None = Query(None, description="2 to 8 run ids (public runs) or slugs, comma-separated"),
-):
+) -> Response:
     """``{"runs": [{id, ref, name, url, n_steps}], "metrics": {"metric": [series of run 1, series
     of run 2, ...]}}`` with each series ``[[step, value], ...]`` (empty where a run has no value),
     in the order of ``runs``. A run the caller may not read (unknown, or unlisted named by id) is a
     404 naming the parameter."""
-    out_runs, series = [], []
+    out_runs: list[dict[str, Any]] = []
+    series: list[dict[str, list[list[float]]]] = []
     for ref in _compare_refs(runs):
         run = rs.run_by_ref(session, ref)
         if run is None:
             raise ApiError(404, "not_found", f"Run {ref} (in parameter `runs`) was not found.", field="runs")
-        steps = rs.run_steps(session, run.id)
+        steps = rs.run_steps(session, stored_id(run))
         r = rs.run_ref(run)
         out_runs.append({"id": run.id, "ref": r, "name": run.name, "url": urls.run(r), "n_steps": len(steps)})
         series.append(rs.metrics_series(steps))
@@ -177,9 +180,9 @@ def compare_runs(
     responses=ERRORS,
     summary="A run with every step's metrics (computed at ingest)",
 )
-def get_run(session: SessionDep, run_id: str = RunId):
+def get_run(session: SessionDep, run_id: str = RunId) -> Response:
     run = rs.run_by_ref_or_404(session, run_id)
-    steps = rs.run_steps(session, run.id)
+    steps = rs.run_steps(session, stored_id(run))
     size = sum(s.stored_bytes or 0 for s in steps)
     body = _summary(run, len(steps), steps[-1].step if steps else None, size)
     body["config"] = json_loads(run.config_json)
@@ -212,15 +215,15 @@ def _step_json(s: rs.StepRow) -> bytes:
     responses=ERRORS,
     summary='A run\'s metrics as series: {"metric": [[step, value], ...]}',
 )
-def get_run_metrics(session: SessionDep, run_id: str = RunId):
+def get_run_metrics(session: SessionDep, run_id: str = RunId) -> Response:
     run = rs.run_by_ref_or_404(session, run_id)
-    return json_response(rs.metrics_series(rs.run_steps(session, run.id)))
+    return json_response(rs.metrics_series(rs.run_steps(session, stored_id(run))))
 
 
 PROMPTS_PAGE_MAX = 1000
 
 
-def _prompt_out(run_ref, p: dict) -> dict:
+def _prompt_out(run_ref: int | str, p: dict[str, Any]) -> dict[str, Any]:
     for s in p["steps"]:
         kept = s["n_kept"] > 0 and s["group"] is not None
         s["group_url"] = urls.group(s["batch_ref"], s["group"]) if kept else None
@@ -244,11 +247,11 @@ def get_run_prompts(
     run_id: str = RunId,
     limit: int = Query(20, ge=1, le=PROMPTS_PAGE_MAX, description="prompts per page"),
     offset: int = Query(0, ge=0, le=2**31 - 1, description="prompts skipped (the most often seen first)"),
-):
+) -> Response:
     """Each prompt (keyed by its tokens, not a trainer's per-step ids) with, per step it was in, its
     episodes ``n``, ``pass_rate``, ``mean_abs_adv`` and ``batch_id``; the most often seen first."""
     run = rs.run_by_ref_or_404(session, run_id)
-    page, total = list_prompts(session, run.id, limit, offset)
+    page, total = list_prompts(session, stored_id(run), limit, offset)
     ref = rs.run_ref(run)
     response = json_response([_prompt_out(ref, p) for p in page])
     response.headers["X-Total-Count"] = str(total)
@@ -261,9 +264,9 @@ def get_run_prompts(
     responses=ERRORS,
     summary="One prompt of a run with every step it was in",
 )
-def get_run_prompt(session: SessionDep, run_id: str = RunId, key: str = Path(max_length=64)):
+def get_run_prompt(session: SessionDep, run_id: str = RunId, key: str = Path(max_length=64)) -> Response:
     run = rs.run_by_ref_or_404(session, run_id)
-    p = prompt_history(session, run.id, key)
+    p = prompt_history(session, stored_id(run), key)
     if p is None:
         raise not_found(f"Prompt {key!r} of run {run_id}")
     return json_response(_prompt_out(rs.run_ref(run), p))
@@ -293,17 +296,19 @@ def search_run_episodes(
     request: Request,
     session: SessionDep,
     run_id: str = RunId,
-    sort: str | None = Query(
+    # sort, limit and offset are declared for /docs and read by `search` from the query string
+    # together with the FIELD__OP filters, which no signature can list.
+    sort: str | None = Query(  # noqa: ARG001
         None, description="FIELD or -FIELD (descending); default: step, then upload order"
     ),
-    limit: str | None = Query(
+    limit: str | None = Query(  # noqa: ARG001
         None, description=f"episodes per page, 1 to {LIMIT_MAX} (default {LIMIT_DEFAULT})"
     ),
-    offset: str | None = Query(None, description="episodes skipped (default 0)"),
-):
+    offset: str | None = Query(None, description="episodes skipped (default 0)"),  # noqa: ARG001
+) -> Response:
     """One page of the run's kept episodes, with the number matching in ``X-Total-Count``."""
     run = rs.run_by_ref_or_404(session, run_id)
-    page = search(session, run.id, list(request.query_params.multi_items()))
+    page = search(session, stored_id(run), list(request.query_params.multi_items()))
     for row in page.rows:
         row["url"] = urls.episode(row["slug"])
         row["batch_url"] = urls.batch(row["batch_ref"])
@@ -327,13 +332,13 @@ async def post_step(
     step: int = Path(ge=0, lt=2**31, description="the training step (a non-negative integer)"),
     format: str | None = FormatQuery,
     name: str | None = NameQuery,
-):
+) -> Response:
     """The step's episodes in any upload format (multipart, JSON or raw bytes with ``?format=``),
     stored as one batch with the step's metrics. 409 when the run already has this step: nothing
     is changed (two concurrent posts of one step: the database's unique constraint lets one in)."""
     run = rs.run_by_ref_or_404(session, run_id)
-    ref, run_id = run_id, run.id
-    if rs.step_batch_id(session, run_id, step) is not None:
+    ref, rid = run_id, stored_id(run)
+    if rs.step_batch_id(session, rid, step) is not None:
         raise _step_exists(ref, step)  # before reading the body: a client's retry costs nothing
     run_name, visibility = run.name, run.visibility  # a step inherits its run's visibility
     keep, keep_every = run.keep, run.keep_every
@@ -347,20 +352,20 @@ async def post_step(
             body,
             settings,
             default_name=f"{run_name} · step {step}",
-            run_id=run_id,
+            run_id=rid,
             step=step,
             visibility=visibility,
             keep=keep,
         )
     except IntegrityError:
         # Another post of this step won the race (or the run was deleted meanwhile).
-        if rs.get_run(session, run_id) is None:
-            rs.run_or_404(session, run_id)
+        if rs.get_run(session, rid) is None:
+            rs.run_or_404(session, rid)
         raise _step_exists(ref, step) from None
     # The step's audit (its error findings are in the timeline) was computed at ingest, over every
     # episode. Older steps are thinned now that a newer one is stored.
     if keep_every is not None:
-        await ingest_thread(request, rs.thin_steps, session, run_id, step, keep_every)
+        await ingest_thread(request, rs.thin_steps, session, rid, step, keep_every)
     out["n_episodes_kept"] = len(out["episodes"])
     return json_response({**out, "step": step}, status_code=201)
 
@@ -377,6 +382,6 @@ def remove_run(
     run_id: str = RunId,
     token: str | None = Query(None, description="the delete_token returned when the run was created"),
     x_delete_token: str | None = Header(None),
-):
-    rs.delete_run(session, rs.run_by_ref_or_404(session, run_id).id, x_delete_token or token)
+) -> Response:
+    rs.delete_run(session, stored_id(rs.run_by_ref_or_404(session, run_id)), x_delete_token or token)
     return Response(status_code=204)

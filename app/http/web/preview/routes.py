@@ -77,9 +77,7 @@ def _png_response(data: bytes, key: str, request: Request) -> Response:
     return Response(data, media_type="image/png", headers=headers)
 
 
-async def _cached(
-    request: Request, kind: str, drawn: dict[str, Any], draw: Callable[[], bytes]
-) -> Response:
+async def _cached(request: Request, kind: str, drawn: dict[str, Any], draw: Callable[[], bytes]) -> Response:
     key = cache_key(kind, drawn)
     cache = cache_for(request)
     data = cache.get(key)
