@@ -220,6 +220,7 @@ _COMMON: dict[str, Any] = {
     params={"mean_level": "group", "std_level": "group", "adv_norm": "batch", **_COMMON},
     trainer=_TRAINER,
     version=_VERSION,
+    reference="grpo",
 )
 def _grpo(
     inp: EstimatorInput,
@@ -247,6 +248,7 @@ def _grpo(
     params={"mean_level": None, "std_level": None, "adv_norm": None, **_COMMON},
     trainer=_TRAINER,
     version=_VERSION,
+    reference="token_gae",
 )
 def _gae(
     inp: EstimatorInput,

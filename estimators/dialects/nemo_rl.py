@@ -97,6 +97,7 @@ def _batch_norm(adv: Tensor, m: Tensor, clamp_count: bool) -> Tensor:
     params={"normalize_rewards": True, "use_leave_one_out_baseline": True},
     trainer=_TRAINER,
     version=_VERSION,
+    reference="grpo",
 )
 def _grpo(
     inp: EstimatorInput, normalize_rewards: bool = True, use_leave_one_out_baseline: bool = True
@@ -121,6 +122,7 @@ def _grpo(
     params={"minus_baseline": True},
     trainer=_TRAINER,
     version=_VERSION,
+    reference="reinforce_plus_plus_baseline",
 )
 def _rfpp(inp: EstimatorInput, minus_baseline: bool = True) -> EstimatorOutput:
     m = policy(inp)
@@ -188,6 +190,7 @@ def _gae_rows(r: Tensor, v: Tensor, m: Tensor, gamma: float, lam: Tensor | float
     },
     trainer=_TRAINER,
     version=_VERSION,
+    reference="token_gae",
 )
 def _gae(
     inp: EstimatorInput,

@@ -57,6 +57,7 @@ def _out(inp: EstimatorInput, adv32: Tensor) -> EstimatorOutput:
     reads=("rewards", "groups"),
     trainer=_TRAINER,
     version=_VERSION,
+    reference="dr_grpo",
 )
 def _grpo(inp: EstimatorInput) -> EstimatorOutput:
     r, mean = group_mean32(row_sums(inp), inp.groups)

@@ -113,6 +113,7 @@ def _finish(
     params={"rewards_normalization": True, "grpo_std_normalization": True, "normalize_advantages": False},
     trainer=_TRAINER,
     version=_VERSION,
+    reference="grpo",
 )
 def _grpo(
     inp: EstimatorInput,
@@ -139,6 +140,7 @@ def _grpo(
     params={"rewards_normalization": True, "normalize_advantages": False},
     trainer=_TRAINER,
     version=_VERSION,
+    reference="reinforce_plus_plus_baseline",
 )
 def _rfpp_baseline(
     inp: EstimatorInput, rewards_normalization: bool = True, normalize_advantages: bool = False
@@ -161,6 +163,8 @@ def _rfpp_baseline(
     params={"normalize_advantages": False},
     trainer=_TRAINER,
     version=_VERSION,
+    reference="reinforce_plus_plus",
+    departs=("gae_through_tool_spans",),
 )
 def _rfpp(inp: EstimatorInput, normalize_advantages: bool = False) -> EstimatorOutput:
     m = policy(inp)
@@ -187,6 +191,8 @@ def _rfpp(inp: EstimatorInput, normalize_advantages: bool = False) -> EstimatorO
     params={"normalize_advantages": False},
     trainer=_TRAINER,
     version=_VERSION,
+    reference="token_gae",
+    departs=("gae_through_tool_spans",),
 )
 def _ppo(inp: EstimatorInput, normalize_advantages: bool = False) -> EstimatorOutput:
     if inp.values is None:
