@@ -186,9 +186,13 @@ def _is_event(x: dict[str, Any]) -> bool:
     return x.get("source") in ("agent", "user", "environment") and ("action" in x or "observation" in x)
 
 
+_CALL_NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
+
+
 def item_shape(x: Any) -> str | None:
     """The shape of one list item when it looks like a message, else None: ``role``, ``sharegpt``,
-    ``responses``, ``langchain``, ``wrapper``, ``chunk``, ``step``, ``event`` or ``pair``."""
+    ``responses``, ``langchain``, ``wrapper``, ``chunk``, ``step``, ``event``, ``pair`` or
+    ``call`` (a bare ``{"name": "<JSON arguments>"}``)."""
     if isinstance(x, list):
         if len(x) == 2 and all(isinstance(e, dict) and (_is_event(e) or "observation" in e) for e in x):
             return "pair"
@@ -217,6 +221,10 @@ def item_shape(x: Any) -> str | None:
         return "chunk"
     if _is_step(x):
         return "step"
+    if len(x) == 1:
+        ((name, args),) = x.items()
+        if isinstance(args, str) and args.startswith("{") and _CALL_NAME.match(name):
+            return "call"  # BFCL's decoded call: {"name": "<JSON arguments>"}
     return None
 
 
@@ -303,7 +311,7 @@ class Candidate:
 def _has_policy(items: Sequence[Any]) -> bool:
     for x in flatten(items[:64]):
         sh = item_shape(x)
-        if sh in ("step", "event", "pair", "chunk"):
+        if sh in ("step", "event", "pair", "chunk", "call"):
             return True
         if sh is None:
             continue
@@ -406,7 +414,26 @@ def plan_of(obj: Any) -> Plan | None:
         output = [c for c in same if _names(c.path[len(root) :]) & OUTPUT_NAMES]
         if output:
             parts.append(max(output, key=Candidate.rank).path[len(root) :])
+    if len(parts) == 1 and _opens_with_policy(obj, top.path):
+        # The model's list has no prompt of its own: another list of the record without a
+        # model turn (BFCL's inference_log beside its result) is read before it.
+        prompt = [c for c in same if not c.policy]
+        if prompt:
+            parts.insert(0, max(prompt, key=Candidate.rank).path[len(root) :])
     return Plan(root, parts)
+
+
+def _opens_with_policy(obj: Any, path: Path) -> bool:
+    """True when the first message of the list at ``path`` (first record through ``[]``) is the
+    model's."""
+    cur = obj
+    for p in path:
+        cur = cur[0] if p == WILD and isinstance(cur, list) and cur else get_path(cur, (p,))
+    if not isinstance(cur, list):
+        return False
+    first = next(flatten(cur), None)
+    msgs = read_item(first, _Ctx()) if first is not None else []
+    return bool(msgs) and msgs[0].kind == "policy"
 
 
 def get_path(obj: Any, path: Path) -> Any:
@@ -711,6 +738,8 @@ def read_item(x: Any, ctx: _Ctx, shape: str | None = None) -> list[Msg]:
         return msgs
     if sh == "step":
         return _read_step(x, ctx)
+    if sh == "call":  # parallel calls of one reply: one turn
+        return [Msg("policy", "assistant", "", [call_of(x)], same_reply=True)]
     role = _role_of(x) or "user"
     if sh == "sharegpt":
         return _read_role_message({"content": x.get("value"), **x}, role, ctx)

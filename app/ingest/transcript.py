@@ -161,7 +161,11 @@ def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[
             yield rec.line, built.episode
     if n == 0:
         if problems:
-            raise ApiError(422, "no_episodes", "no episode in the upload: " + "; ".join(problems[:3]) + ".")
+            raise ApiError(
+                422,
+                "no_episodes",
+                "no episode in the upload: " + "; ".join(p.rstrip(".") for p in problems[:3]) + ".",
+            )
         raise _not_episodes(
             f"every record ({skipped_errors}) is an error report, not an episode."
             if skipped_errors

@@ -464,3 +464,24 @@ def test_growing_transitions_are_read_once():
     assert _turns(ep) == 2
     assert _text(ep, "policy").count("[crane]") == 1 and _text(ep, "prompt").count("guess") == 1
     assert "invalid, again" in _text(ep, "prompt")
+
+
+def test_bfcl_result_calls_after_their_prompt():
+    # BFCL's single-turn result: `result` holds the decoded calls ({"name": "<JSON arguments>"},
+    # parallel calls of one reply), `inference_log` the request the model answered.
+    rec = {
+        "id": "live_parallel_multiple_0-0-0",
+        "result": [
+            {"ChaFod": '{"foodItem": "Caesar salad", "removeIngredients": "anchovies"}'},
+            {"ChaDri.change_drink": '{"drink_id": "123"}'},
+        ],
+        "inference_log": [
+            {"role": "inference_input", "content": {"message": "change my order", "tools": []}}
+        ],
+    }
+    [ep], warnings = _read(json.dumps(rec))
+    assert _turns(ep) == 1
+    policy = _text(ep, "policy")
+    assert policy.count("<tool_call>") == 2 and "ChaFod" in policy
+    assert "change my order" in _text(ep, "prompt")
+    assert any("role `inference_input`" in w for w in warnings)
