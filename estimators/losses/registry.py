@@ -91,7 +91,10 @@ class LossParam:
             return self.check(s)
         if self.kind == "threshold_pair" and self.default is None and s.lower() in ("", "none", "null"):
             return None
-        if self.kind in ("threshold", "threshold_pair"):
+        if self.kind == "threshold":  # a number as a number (TIS), a window as its "lo_hi" text
+            upper, lower = parse_threshold(s)
+            return s if lower is not None else upper
+        if self.kind == "threshold_pair":
             return self.check(s)
         if self.kind == "optional_float" and s.lower() in ("", "none", "null"):
             return None
