@@ -11,17 +11,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import token as tok
 from .._scan import as_bool_mask
 from ..groups import Labels, group_ids
 from ..registry import EstimatorInput
 
 __all__ = [
+    "broadcast",
     "contiguous_size",
     "float_dtype",
     "last_policy",
     "on_policy",
     "policy",
     "response_span",
+    "returns_over",
+    "whiten_unbiased",
     "row_sums",
 ]
 
@@ -50,6 +54,17 @@ def on_policy(adv: Tensor, m: Tensor, dtype: torch.dtype | None = None) -> Tenso
     return torch.where(m, a[:, None], torch.zeros((), dtype=a.dtype, device=a.device))
 
 
+def broadcast(adv: Tensor, mask: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """[B] per-row advantages times the row's mask [B, T] (``adv.unsqueeze(-1) * mask``, as the
+    trainers write it: one pass; a bool mask selects), in ``dtype`` (default: adv's). The mask is
+    0/1, as ``EstimatorInput.mask`` is."""
+    a = adv if dtype is None else adv.to(dtype)
+    if mask.dtype == torch.bool:
+        return torch.where(mask, a[:, None], torch.zeros((), dtype=a.dtype, device=a.device))
+    out = a[:, None] * mask
+    return out if out.dtype == a.dtype else out.to(a.dtype)
+
+
 def last_policy(m: Tensor) -> Tensor:
     """[B] column of each row's last policy token (-1 for a row without one)."""
     B, T = m.shape
@@ -62,9 +77,21 @@ def last_policy(m: Tensor) -> Tensor:
 
 def response_span(m: Tensor) -> Tensor:
     """[B, T] bool: from each row's first to its last policy token, inclusive (the response as a
-    trainer whose response mask covers tool output holds it)."""
-    c = torch.cumsum(m.view(torch.uint8), 1, dtype=torch.int32)
-    return (c > 0) & (c < c[:, -1:]) | m
+    trainer whose response mask covers tool output holds it); all False for a row without one."""
+    B, T = m.shape
+    first = m.view(torch.uint8).argmax(1) if T else torch.zeros(B, dtype=torch.long)
+    cols = torch.arange(T, device=m.device)
+    return (cols >= first[:, None]) & (cols <= last_policy(m)[:, None])
+
+
+def returns_over(rewards: Tensor, steps: Tensor, gamma: float) -> Tensor:
+    """[B, T] discounted returns ``G_t = r_t + gamma G_next`` over the positions of ``steps`` (one
+    step each; others skipped, their rewards unread, 0 there): the one-pass GAE (the compiled
+    kernel when built) with V = 0 and lambda = 1. A trainer that steps through tool tokens passes
+    the response span; one that skips them, the policy mask."""
+    dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+    r = rewards.to(dtype)
+    return tok.gae(r, torch.zeros_like(r), steps, float(gamma), 1.0)[0]
 
 
 def contiguous_size(groups: Labels, B: int) -> int | None:
@@ -81,3 +108,24 @@ def contiguous_size(groups: Labels, B: int) -> int | None:
         return None
     # G uniform blocks and G groups: each group fills exactly one block.
     return n
+
+
+def whiten_unbiased(x: Tensor, stats: Tensor, out: Tensor | None = None) -> Tensor:
+    """verl's and SkyRL's ``masked_whiten(x, mask)`` with the int64 mask their trainers pass:
+    mean over ``stats`` (bool [B, T]), variance times N/(N-1) computed as an integer division
+    (float32), ``(x - mean) * rsqrt(var + 1e-8)``; returned where ``out`` (bool, default
+    ``stats``) is True, 0 elsewhere. With fewer than 2 positions in ``stats`` the trainers raise;
+    here the result is 0 (there is nothing to whiten against)."""
+    n = int(stats.sum().item())
+    if n < 2:
+        return torch.zeros_like(x)
+    zero = torch.zeros((), dtype=x.dtype)
+    mean = torch.where(stats, x, zero).sum() / n  # the same terms in the same order as x * mask
+    c = torch.where(stats, x, mean).sub_(mean)  # x - mean on the mask, 0 elsewhere
+    flat = c.view(-1)
+    bessel = torch.tensor(n) / torch.tensor(n - 1)  # int64 / int64: float32, as theirs
+    var = torch.dot(flat, flat) / n * bessel
+    c.mul_(torch.rsqrt(var + 1e-8))
+    if out is not None and out is not stats:
+        c = torch.where(out, c, zero)
+    return c

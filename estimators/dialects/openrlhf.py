@@ -34,10 +34,19 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .._scan import reverse_scan
+from .. import token as tok
 from ..groups import group_stats
 from ..registry import EstimatorInput, EstimatorOutput, register
-from ._common import contiguous_size, float_dtype, last_policy, on_policy, policy, row_sums
+from ._common import (
+    broadcast,
+    contiguous_size,
+    float_dtype,
+    last_policy,
+    policy,
+    response_span,
+    returns_over,
+    row_sums,
+)
 
 VERSION = "0.11.2"
 TRAINER = "openrlhf"
@@ -91,18 +100,22 @@ def shaped_rewards(inp: EstimatorInput, estimator: str, clip_range: tuple[float,
 
 
 def _whiten(adv: Tensor, m: Tensor, no_std_norm: bool) -> Tensor:
-    """OpenRLHF's batch normalisation: statistics over policy tokens in float32, biased variance,
-    ``clamp(min=1e-8).rsqrt()``; applied in the advantages' dtype, 0 off-mask."""
-    a32 = adv.float()
-    mf = m.to(torch.float32)
-    n = m.sum()
-    mean = (a32 * mf).sum() / n
-    if no_std_norm:
-        out = adv - mean
-    else:
-        var = ((a32 - mean).pow(2) * mf).sum() / n
-        out = (adv - mean) * var.clamp(min=1e-8).rsqrt()
-    return torch.where(m, out, torch.zeros((), dtype=out.dtype))
+    """OpenRLHF's batch normalisation: mean and biased variance over the policy tokens in float32
+    (``all_advantages.float()``), ``var.clamp(min=1e-8).rsqrt()``, applied in the advantages'
+    dtype; 0 off-mask. ``no_std_norm``: the mean only."""
+    n = int(m.sum().item())
+    if n == 0:
+        return torch.zeros_like(adv)
+    a32 = adv.to(torch.float32)
+    mean = torch.where(m, a32, torch.zeros((), dtype=torch.float32)).sum() / n
+    c32 = torch.where(m, a32, mean).sub_(mean)
+    # x - mean on the policy tokens, 0 elsewhere (the float32 copy serves when adv is float32)
+    out = torch.where(m, adv, mean.to(adv.dtype)).sub_(mean) if adv.dtype != torch.float32 else c32
+    if not no_std_norm:
+        flat = c32.view(-1)
+        var = torch.dot(flat, flat) / n
+        out = out.mul_(var.clamp(min=1e-8).rsqrt())
+    return out
 
 
 def _outcome(
@@ -114,11 +127,10 @@ def _outcome(
 ) -> EstimatorOutput:
     """gamma = 1 estimators: the return of every token up to the last policy token is the shaped
     reward, so every policy token carries it."""
-    m = policy(inp)
     dtype = float_dtype(inp)
     r = shaped_rewards(inp, estimator, clip_range)
-    ret = on_policy(r, m)  # float32, as OpenRLHF's returns
-    adv = _whiten(ret, m, no_std_norm) if whiten else ret
+    ret = broadcast(r, inp.mask)  # float32, as OpenRLHF's returns
+    adv = _whiten(ret, policy(inp), no_std_norm) if whiten else ret
     return EstimatorOutput(
         advantages=adv.to(dtype),
         value_targets=ret.to(dtype),
@@ -126,30 +138,31 @@ def _outcome(
     )
 
 
+def _at_last(r: Tensor, m: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """([B, T] ``dtype`` zeros with ``r`` [B] on each row's last policy token, the response span).
+    ``compute_reward``'s ``last_reward``."""
+    B, T = m.shape
+    out = torch.zeros(B, T, dtype=dtype)
+    last = last_policy(m)
+    rows = (last >= 0).nonzero().squeeze(1)
+    out[rows, last[rows]] = r[rows].to(dtype)
+    return out, response_span(m)
+
+
 def _gae(inp: EstimatorInput, clip_range: tuple[float, float] | None, no_std_norm: bool) -> EstimatorOutput:
+    """``get_advantages_and_returns``: one step per column of the response, tool tokens included
+    (the span as the scan's mask), with V and r zeroed where ``action_mask`` is 0."""
     if inp.values is None:
         raise ValueError("OpenRLHF's gae needs values (a critic)")
     m = policy(inp)
-    B, T = m.shape
     dtype = float_dtype(inp)
-    last = last_policy(m)
-    r = shaped_rewards(inp, "gae", clip_range)
-    # action_mask * values: V = 0 on tool tokens and padding (where, not *: no NaN leaks).
     cdt = torch.promote_types(torch.float32, inp.values.dtype)
-    v = torch.where(m, inp.values.to(cdt), torch.zeros((), dtype=cdt))
-    W = int(last.max().item()) + 1 if B and T else 0  # columns after every row's end stay 0
-    adv = torch.zeros(B, T, dtype=cdt)
-    if W:
-        rows = (last >= 0).nonzero().squeeze(1)
-        d = torch.zeros(B, W, dtype=cdt)
-        d[rows, last[rows]] = r[rows].to(cdt)
-        vw = v[:, :W]
-        d.sub_(vw)  # delta_t = r_t + gamma V_{t+1} - V_t, every column (V_W = 0 on every row)
-        d[:, :-1].add_(vw[:, 1:], alpha=float(inp.gamma))
-        adv[:, :W] = reverse_scan(d, float(inp.gamma) * float(inp.lam))
-    returns = torch.where(m, adv + v, torch.zeros((), dtype=cdt))
+    r, span = _at_last(shaped_rewards(inp, "gae", clip_range), m, cdt)
+    zero = torch.zeros((), dtype=cdt)
+    v = torch.where(m, inp.values.to(cdt), zero)  # action_mask * values (where: no NaN leaks)
+    adv, tgt = tok.gae(r, v, span, float(inp.gamma), float(inp.lam))
     out = _whiten(adv, m, no_std_norm)
-    return EstimatorOutput(advantages=out.to(dtype), value_targets=returns.to(dtype), extras={})
+    return EstimatorOutput(advantages=out.to(dtype), value_targets=torch.where(m, tgt, zero).to(dtype))
 
 
 def _reinforce(
@@ -158,13 +171,9 @@ def _reinforce(
     """``get_cumulative_returns`` with the reward on the last policy token only: the return at
     column t is ``gamma ** (last - t) * R``, one discount per column (tool tokens included)."""
     m = policy(inp)
-    B, T = m.shape
     dtype = float_dtype(inp)
-    last = last_policy(m)
-    r = shaped_rewards(inp, "reinforce", clip_range)
-    k = (last[:, None] - torch.arange(T)[None, :]).clamp(min=0).to(torch.float64)
-    ret64 = r.double()[:, None] * torch.pow(torch.tensor(float(inp.gamma), dtype=torch.float64), k)
-    ret = torch.where(m, ret64, 0.0).to(torch.float32)
+    r, span = _at_last(shaped_rewards(inp, "reinforce", clip_range), m, torch.float32)
+    ret = torch.where(m, returns_over(r, span, inp.gamma), torch.zeros((), dtype=torch.float32))
     return EstimatorOutput(advantages=_whiten(ret, m, no_std_norm).to(dtype), value_targets=ret.to(dtype))
 
 

@@ -13,8 +13,8 @@ mask) used only by the loss. Its per-token rewards are a float32 tensor
   count's N/(N-1) in float32 as SkyRL's integer mask gives it, 1e-8 on the variance).
 * ``reinforce++``: discounted returns stepping through tool tokens (no reset inside the
   response), whitened over the response span.
-* ``grpo`` / ``rloo`` / ``maxrl``: the score is the sum of the response's rewards (tool tokens
-  included); ``grpo``: ``(s - mean) / (std + 1e-6)`` (``grpo_norm_by_std``; a group of one: mean 0,
+* ``grpo`` / ``rloo`` / ``maxrl``: the score is the sum of the row's rewards (SkyRL sums its
+  response tensor: tool tokens included); ``grpo``: ``(s - mean) / (std + 1e-6)`` (``grpo_norm_by_std``; a group of one: mean 0,
   std 1); ``rloo``: ``n/(n-1) (s - mean)``, a group of one gets 0; ``maxrl``:
   ``(s - mean) / (mean + 1e-6)``, a group of one keeps its score.
 
@@ -28,39 +28,22 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._scan import reverse_scan
+from .. import token as tok
 from ..groups import group_stats
 from ..registry import EstimatorInput, EstimatorOutput, register
-from ._common import contiguous_size, float_dtype, last_policy, on_policy, policy, response_span
+from ._common import (
+    broadcast,
+    contiguous_size,
+    float_dtype,
+    policy,
+    response_span,
+    returns_over,
+    whiten_unbiased,
+)
 
 VERSION = "0.3.0"
 TRAINER = "skyrl"
 EPS = 1e-6
-
-
-def _rewards32(inp: EstimatorInput, span: Tensor) -> Tensor:
-    """[B, T] float32 rewards of the response span (0 outside it: SkyRL's batch has nothing there)."""
-    return torch.where(span, inp.rewards.to(torch.float32), torch.zeros((), dtype=torch.float32))
-
-
-def _whiten(x: Tensor, span: Tensor) -> Tensor:
-    """SkyRL's ``masked_whiten(x, response_mask)`` with an int64 mask: masked mean (count clamped to
-    1), unbiased variance whose N/(N-1) is an integer division (float32), ``rsqrt(var + 1e-8)``.
-    With fewer than 2 response tokens SkyRL raises; here the result is 0 (nothing to whiten against)."""
-    mk = span.to(torch.int64)
-    cnt = mk.sum()
-    if int(cnt) < 2:
-        return torch.zeros_like(x)
-    den = cnt.clamp(min=1.0)
-    mean = (x * mk).sum() / den
-    var = ((x - mean) ** 2 * mk).sum() / den
-    var = var * (cnt / (cnt - 1))
-    return (x - mean) * torch.rsqrt(var + 1e-8)
-
-
-def _width(m: Tensor) -> tuple[Tensor, int]:
-    last = last_policy(m)
-    return last, (int(last.max().item()) + 1 if m.numel() else 0)
 
 
 @register(
@@ -80,21 +63,16 @@ def _skyrl_gae(inp: EstimatorInput) -> EstimatorOutput:
     if inp.values is None:
         raise ValueError("SkyRL's gae needs values (a critic)")
     m = policy(inp)
-    B, T = m.shape
     span = response_span(m)
     dtype = float_dtype(inp)
     cdt = torch.promote_types(torch.float32, inp.values.dtype)
-    r = _rewards32(inp, span).to(cdt)
-    v = torch.where(span, inp.values.to(cdt), torch.zeros((), dtype=cdt))
-    _, W = _width(m)
-    adv = torch.zeros(B, T, dtype=cdt)
-    if W:
-        d = r[:, :W] - v[:, :W]  # delta_t = r_t + gamma V_{t+1} - V_t over every column
-        d[:, :-1].add_(v[:, 1:W], alpha=float(inp.gamma))
-        adv[:, :W] = reverse_scan(d, float(inp.gamma) * float(inp.lam))
-    returns = torch.where(m, adv + v, torch.zeros((), dtype=cdt))
-    out = torch.where(m, _whiten(adv, span), torch.zeros((), dtype=cdt))
-    return EstimatorOutput(advantages=out.to(dtype), value_targets=returns.to(dtype))
+    r = inp.rewards.to(torch.float32).to(cdt)  # SkyRL's float32 reward tensor
+    # One step per response token (the span as the scan's mask): tool tokens are stepped through
+    # and their values and rewards read; after the response V = 0.
+    adv, tgt = tok.gae(r, inp.values.to(cdt), span, float(inp.gamma), float(inp.lam))
+    zero = torch.zeros((), dtype=cdt)
+    out = whiten_unbiased(adv, span, out=m)
+    return EstimatorOutput(advantages=out.to(dtype), value_targets=torch.where(m, tgt, zero).to(dtype))
 
 
 @register(
@@ -110,22 +88,18 @@ def _skyrl_gae(inp: EstimatorInput) -> EstimatorOutput:
 )
 def _skyrl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
     m = policy(inp)
-    B, T = m.shape
     span = response_span(m)
     dtype = float_dtype(inp)
-    r = _rewards32(inp, span)
-    _, W = _width(m)
-    ret = torch.zeros(B, T, dtype=torch.float32)
-    if W:
-        ret[:, :W] = reverse_scan(r[:, :W], float(inp.gamma))
+    ret = returns_over(inp.rewards.to(torch.float32), span, inp.gamma)  # no reset inside the response
     zero = torch.zeros((), dtype=torch.float32)
-    adv = torch.where(m, _whiten(ret, span), zero)
+    adv = whiten_unbiased(ret, span, out=m)
     return EstimatorOutput(advantages=adv.to(dtype), value_targets=torch.where(m, ret, zero).to(dtype))
 
 
-def _scores(inp: EstimatorInput, m: Tensor) -> Tensor:
-    """[B] float32: ``token_level_rewards.sum(-1)`` over the response span."""
-    return _rewards32(inp, response_span(m)).sum(-1)
+def _scores(inp: EstimatorInput) -> Tensor:
+    """[B] float32 ``token_level_rewards.sum(-1)``: SkyRL's tensor holds the response alone, whose
+    every reward (tool tokens included) counts; our row holds nothing else a reward sits on."""
+    return inp.rewards.to(torch.float32).sum(-1)
 
 
 def _stats(s: Tensor, inp: EstimatorInput) -> tuple[Tensor, Tensor, Tensor]:
@@ -147,9 +121,11 @@ def _stats(s: Tensor, inp: EstimatorInput) -> tuple[Tensor, Tensor, Tensor]:
     return mean, std, st.count.to(torch.float32)
 
 
-def _outcome(inp: EstimatorInput, adv: Tensor, m: Tensor) -> EstimatorOutput:
+def _outcome(inp: EstimatorInput, adv: Tensor) -> EstimatorOutput:
     dtype = float_dtype(inp)
-    return EstimatorOutput(advantages=on_policy(adv, m, dtype), extras={"episode_advantages": adv.to(dtype)})
+    return EstimatorOutput(
+        advantages=broadcast(adv, inp.mask, dtype), extras={"episode_advantages": adv.to(dtype)}
+    )
 
 
 @register(
@@ -166,11 +142,10 @@ def _outcome(inp: EstimatorInput, adv: Tensor, m: Tensor) -> EstimatorOutput:
     version=VERSION,
 )
 def _skyrl_grpo(inp: EstimatorInput, grpo_norm_by_std: bool = True) -> EstimatorOutput:
-    m = policy(inp)
-    s = _scores(inp, m)
+    s = _scores(inp)
     mean, std, _ = _stats(s, inp)
     adv = (s - mean) / (std + EPS) if grpo_norm_by_std else s - mean
-    return _outcome(inp, adv, m)
+    return _outcome(inp, adv)
 
 
 @register(
@@ -186,12 +161,11 @@ def _skyrl_grpo(inp: EstimatorInput, grpo_norm_by_std: bool = True) -> Estimator
     version=VERSION,
 )
 def _skyrl_rloo(inp: EstimatorInput) -> EstimatorOutput:
-    m = policy(inp)
-    s = _scores(inp, m)
+    s = _scores(inp)
     mean, _, cnt = _stats(s, inp)
     factor = (cnt / torch.where(cnt > 1, cnt - 1, 1.0)).to(torch.float32)
     adv = torch.where(cnt > 1, (s - mean) * factor, 0.0)
-    return _outcome(inp, adv, m)
+    return _outcome(inp, adv)
 
 
 @register(
@@ -207,8 +181,7 @@ def _skyrl_rloo(inp: EstimatorInput) -> EstimatorOutput:
     version=VERSION,
 )
 def _skyrl_maxrl(inp: EstimatorInput) -> EstimatorOutput:
-    m = policy(inp)
-    s = _scores(inp, m)
+    s = _scores(inp)
     mean, _, cnt = _stats(s, inp)
     adv = torch.where(cnt > 1, (s - mean) / (mean + EPS), s - mean)
-    return _outcome(inp, adv, m)
+    return _outcome(inp, adv)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..groups import group_ids
 from ..registry import EstimatorInput, EstimatorOutput, register
-from ._common import contiguous_size, float_dtype, on_policy, policy, row_sums
+from ._common import broadcast, contiguous_size, float_dtype, row_sums
 
 VERSION = "1.16.0"
 EPS = 1e-4  # TRL's GRPO epsilon, added to the std
@@ -99,5 +99,5 @@ def _trl_grpo(inp: EstimatorInput, scale_rewards: str | bool = "group") -> Estim
     adv = advantages(inp, scale_rewards)
     dtype = float_dtype(inp)
     return EstimatorOutput(
-        advantages=on_policy(adv, policy(inp), dtype), extras={"episode_advantages": adv.to(dtype)}
+        advantages=broadcast(adv, inp.mask, dtype), extras={"episode_advantages": adv.to(dtype)}
     )

@@ -43,7 +43,7 @@ from .. import token as T
 from .. import verl_family as V
 from ..groups import group_ids, group_stats
 from ..registry import EstimatorInput, EstimatorOutput, register
-from ._common import contiguous_size, float_dtype, policy
+from ._common import broadcast, contiguous_size, float_dtype, policy, returns_over, whiten_unbiased
 
 VERSION = "0.9.1"
 TRAINER = "verl"
@@ -57,12 +57,8 @@ def _scores(inp: EstimatorInput) -> Tensor:
 
 
 def _broadcast(adv: Tensor, inp: EstimatorInput) -> Tensor:
-    """``adv.unsqueeze(-1) * response_mask`` as verl writes it (one pass; a bool mask selects)."""
-    mk = inp.mask
-    if mk.dtype == torch.bool:
-        return torch.where(mk, adv[:, None], torch.zeros((), dtype=adv.dtype))
-    out = adv[:, None] * mk
-    return out if out.dtype == adv.dtype else out.to(adv.dtype)
+    """``adv.unsqueeze(-1) * response_mask`` as verl writes it."""
+    return broadcast(adv, inp.mask)
 
 
 def _outcome(inp: EstimatorInput, adv: Tensor) -> EstimatorOutput:
@@ -88,19 +84,9 @@ def _group_mean_std(s: Tensor, inp: EstimatorInput, std: bool = True) -> tuple[T
 
 
 def whiten_int_mask(x: Tensor, m: Tensor) -> Tensor:
-    """verl's ``masked_whiten(x, response_mask) * response_mask`` with its int64 mask: global mean
-    over policy tokens, variance times N/(N-1) computed as an integer division (float32),
-    ``rsqrt(var + 1e-8)``; 0 off-mask. With fewer than 2 policy tokens verl raises; here (as the
-    reference ``verl_gae``) the result is 0: there is nothing to whiten against."""
-    n = int(m.sum().item())
-    if n < 2:
-        return torch.zeros_like(x)
-    zero = torch.zeros((), dtype=x.dtype)
-    mean = torch.where(m, x, zero).sum() / n
-    var = torch.where(m, (x - mean) ** 2, zero).sum() / n
-    bessel = torch.tensor(n) / torch.tensor(n - 1)  # int64 / int64: float32, as verl
-    var = var * bessel
-    return torch.where(m, (x - mean) * torch.rsqrt(var + 1e-8), zero)
+    """verl's ``masked_whiten(x, response_mask) * response_mask`` with its int64 mask (see
+    :func:`~estimators.dialects._common.whiten_unbiased`); 0 off-mask."""
+    return whiten_unbiased(x, m)
 
 
 def _grpo_scalars(s: Tensor, inp: EstimatorInput, norm: bool) -> Tensor:
@@ -164,7 +150,7 @@ def _verl_gae(inp: EstimatorInput) -> EstimatorOutput:
 )
 def _verl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
     m = policy(inp)
-    g = T.returns_to_go(inp.rewards, m, inp.gamma)
+    g = returns_over(inp.rewards, m, inp.gamma)
     return EstimatorOutput(advantages=whiten_int_mask(g, m), value_targets=g)
 
 
@@ -178,10 +164,12 @@ def _verl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
     may_read=("reward_baselines",),
 )
 def _verl_remax(inp: EstimatorInput) -> EstimatorOutput:
+    m = policy(inp)
+    g = returns_over(inp.rewards, m, 1.0)  # undiscounted, over policy tokens
     b = inp.reward_baselines
     if b is None:
-        b = torch.zeros(inp.rewards.shape[0], dtype=float_dtype(inp))
-    a, g = V.remax(inp.rewards, inp.mask, b)
+        return EstimatorOutput(advantages=g, value_targets=g)
+    a = torch.where(m, g - b.to(g.dtype)[:, None], torch.zeros((), dtype=g.dtype))
     return EstimatorOutput(advantages=a, value_targets=g)
 
 

@@ -143,7 +143,8 @@ def agent_rows(
         mask[b, L - 1] = 1
     mask[3, 0] = 0  # a row that starts on a template token
     pol = mask.bool()
-    tool = (~pol) & (torch.cumsum(mask.flip(1), 1).flip(1) > 0)
+    # tool tokens: not policy, between a row's first and last policy token
+    tool = (~pol) & (torch.cumsum(mask.flip(1), 1).flip(1) > 0) & (torch.cumsum(mask, 1) > 0)
     rewards = torch.randn(B, T, generator=g, dtype=F64) * 0.1 * pol
     rewards += (
         torch.randn(B, T, generator=g, dtype=F64) * 0.3 * (tool & (torch.rand(B, T, generator=g) < 0.3))
