@@ -21,7 +21,10 @@ episodes, :func:`parse_upload` collects them.
 
    ``sniff`` reads only ``doc.first`` (the first record, parsed alone), ``doc.zip_names`` or the
    first bytes of ``doc.data``. ``record`` builds an episode from a :class:`Record` (``rec.obj``;
-   errors through ``rec.error(code, message, field)`` so they name line and episode). Shared
+   errors through ``rec.error(code, message, field)`` so they name line and episode); the records
+   are streamed to it. ``episodes(doc)`` is a generator of ``(line, episode)`` (line None for a
+   file without lines) that yields each episode as soon as it is read. With ``takes_tokenizer``
+   both get the upload's :class:`TokenDecoder` (or None) as a second argument. Shared
    pieces: app/ingest/_common.py (numbers, lists, meta), _chat.py and _spans.py (chat messages,
    tool spans in text), _tokenizer.py (token ids -> pieces), _damage.py (damaged containers).
 2. ``fixtures/formats/<name>/``: a real example file (public, with a README saying where it
