@@ -187,12 +187,17 @@ def _is_event(x: dict[str, Any]) -> bool:
 
 
 _CALL_NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
+# Session events typed "<speaker>.<what>" (Anthropic's managed agents: agent.message,
+# agent.tool_use, agent.mcp_tool_result, user.message, …).
+_TYPED_EVENT = re.compile(
+    r"^[a-z_]+\.(message|thinking|[a-z_]*tool_use|[a-z_]*tool_result|tool_confirmation)$"
+)
 
 
 def item_shape(x: Any) -> str | None:
     """The shape of one list item when it looks like a message, else None: ``role``, ``sharegpt``,
     ``responses``, ``langchain``, ``wrapper``, ``chunk``, ``step``, ``event``, ``pair`` or
-    ``call`` (a bare ``{"name": "<JSON arguments>"}``)."""
+    ``call`` (a bare ``{"name": "<JSON arguments>"}``) or ``typed_event`` (``agent.tool_use``)."""
     if isinstance(x, list):
         if len(x) == 2 and all(isinstance(e, dict) and (_is_event(e) or "observation" in e) for e in x):
             return "pair"
@@ -221,6 +226,9 @@ def item_shape(x: Any) -> str | None:
         return "chunk"
     if _is_step(x):
         return "step"
+    t = x.get("type")
+    if isinstance(t, str) and _TYPED_EVENT.match(t) and role_kind(t.split(".", 1)[0]) is not None:
+        return "typed_event"
     if len(x) == 1:
         ((name, args),) = x.items()
         if isinstance(args, str) and args.startswith("{") and _CALL_NAME.match(name):
@@ -312,6 +320,8 @@ def _has_policy(items: Sequence[Any]) -> bool:
     for x in flatten(items[:64]):
         sh = item_shape(x)
         if sh in ("step", "event", "pair", "chunk", "call"):
+            return True
+        if sh == "typed_event" and str(x.get("type", "")).split(".")[0] in ("agent", "assistant", "model"):
             return True
         if sh is None:
             continue
@@ -527,6 +537,9 @@ def _block_text(b: Any) -> str:
         t = b.get(key)
         if isinstance(t, str):
             return t
+    src = b.get("source")
+    if isinstance(src, dict) and isinstance(src.get("data"), str) and src.get("type") in (None, "text"):
+        return str(src["data"])  # Anthropic's document block with a text source
     if b.get("type") in ("image", "image_url", "input_image"):
         return "[image]"
     return ""
@@ -708,6 +721,31 @@ def _read_event(x: dict[str, Any]) -> list[Msg]:
     return [Msg("policy", "assistant", shown, calls)]
 
 
+def _read_typed_event(x: dict[str, Any], ctx: _Ctx) -> list[Msg]:
+    """A ``<speaker>.<what>`` session event: a tool use is the speaker's call, a tool result a
+    tool result, a message or thinking the speaker's text, anything else (a confirmation) prompt."""
+    speaker, what = str(x["type"]).split(".", 1)
+    kind = ctx.kind(speaker)
+    if what.endswith("tool_result"):
+        return [Msg("tool", "tool", text_of(x.get("content")))]
+    if what.endswith("tool_use"):
+        if kind != "policy":
+            return [Msg(kind, speaker, f"<tool_call>{call_of(x)[0]} {call_of(x)[1]}</tool_call>")]
+        return [Msg("policy", speaker, "", [call_of(x)], same_reply=True)]
+    if what in ("message", "thinking"):
+        body = text_of(x.get("content"))
+        return [
+            Msg(
+                kind,
+                speaker,
+                f"<think>{body}</think>" if what == "thinking" and body else body,
+                same_reply=True,
+            )
+        ]
+    detail = next((x[k] for k in ("deny_message", "result", "content") if x.get(k)), "")
+    return [Msg("prompt", speaker, f"{what}: {text_of(detail)}")]
+
+
 def read_item(x: Any, ctx: _Ctx, shape: str | None = None) -> list[Msg]:
     """The messages of one list item (a message may split into several: an assistant's text and
     calls, a user turn carrying tool results). ``shape``: its :func:`item_shape`, when known."""
@@ -738,6 +776,8 @@ def read_item(x: Any, ctx: _Ctx, shape: str | None = None) -> list[Msg]:
         return msgs
     if sh == "step":
         return _read_step(x, ctx)
+    if sh == "typed_event":
+        return _read_typed_event(x, ctx)
     if sh == "call":  # parallel calls of one reply: one turn
         return [Msg("policy", "assistant", "", [call_of(x)], same_reply=True)]
     role = _role_of(x) or "user"
@@ -1010,6 +1050,15 @@ def build_episode(
             msgs.append(Msg("policy", "assistant", final))
     shown = [".".join(p) or "(the record)" for p in parts] or [k for k in texts or () if k]
     label = (where + " " if where else "") + "/".join(shown)
+    if any(m.kind == "policy" for m in msgs) and not any(
+        m.text.strip() or m.calls for m in msgs if m.kind == "policy"
+    ):
+        return Built(
+            None,
+            f"every turn of the model in the transcript at {label.strip()} is empty "
+            f"({sum(m.kind == 'policy' for m in msgs)} turns without text or calls).",
+            ctx.unknown_roles,
+        )
     if not any(m.kind == "policy" for m in msgs):
         roles = sorted({m.role for m in msgs})
         return Built(

@@ -20,6 +20,7 @@ Inspect AI's ``.eval``, gzip):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -123,6 +124,9 @@ def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[
     if _is_message_record(first_rec.obj):
         yield from _one_transcript(first_rec, it)
         return
+    if _is_event_tuple(first_rec.obj):
+        yield from _event_stream(first_rec, it)
+        return
     plans = _Plans()
     n = 0
     problems: list[str] = []
@@ -207,6 +211,46 @@ def _one_transcript(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterat
     built = build_episode(items, [()], "", SOURCE)
     if built.episode is None:
         raise ApiError(422, "no_policy_tokens", f"{built.problem}")
+    _warn_all(built.unknown_roles, int(built.reward_missing), 1, [], 0)
+    yield first.line, built.episode
+
+
+def _is_event_tuple(obj: Any) -> bool:
+    """A ``[name, payload, …]`` line of a session's event log (SDK traffic, hook events)."""
+    return isinstance(obj, list) and len(obj) >= 2 and isinstance(obj[0], str)
+
+
+def _event_items(v: Any, depth: int = 4) -> Iterator[Any]:
+    """The message-like objects inside an event's payload, in order."""
+    if item_shape(v) is not None and not isinstance(v, list):
+        yield v
+    elif depth > 0 and isinstance(v, list):
+        for x in v:
+            yield from _event_items(x, depth - 1)
+    elif depth > 0 and isinstance(v, dict):
+        for x in v.values():
+            if isinstance(x, (dict, list)):
+                yield from _event_items(x, depth - 1)
+
+
+def _event_stream(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator[Pair]:
+    """A file of ``[name, payload]`` event lines: the messages and tool events found in the
+    payloads, in order, are one session's transcript (an event sent and then echoed by the stream
+    is read once); a file in which none is found says what it is."""
+    items: list[Any] = []
+    last: tuple[Any, ...] | None = None
+    n = 0
+    for rec in (first, *(r for r, _ in rest)):
+        n += 1
+        for x in _event_items(rec.obj[1:] if isinstance(rec.obj, list) else rec.obj):
+            key = (x.get("type"), x.get("role"), json.dumps(x.get("content"), sort_keys=True, default=str))
+            if key != last:
+                items.append(x)
+            last = key
+    built = build_episode(items, [()], "", SOURCE) if items else None
+    if built is None or built.episode is None:
+        raise _not_episodes(_notes.describe(first.obj, n) or "the upload holds no transcript.")
+    built.episode.meta["events"] = n
     _warn_all(built.unknown_roles, int(built.reward_missing), 1, [], 0)
     yield first.line, built.episode
 

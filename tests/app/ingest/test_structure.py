@@ -485,3 +485,48 @@ def test_bfcl_result_calls_after_their_prompt():
     assert policy.count("<tool_call>") == 2 and "ChaFod" in policy
     assert "change my order" in _text(ep, "prompt")
     assert any("role `inference_input`" in w for w in warnings)
+
+
+def test_session_event_lines_are_one_transcript():
+    # A session's SDK traffic logged as [name, payload] lines: events typed "<speaker>.<what>";
+    # an event sent and then echoed by the stream is read once; session/span events are not
+    # messages.
+    lines = [
+        ["sessions.create", {"agent": {"name": "a"}}],
+        [
+            "sessions.events.send",
+            ["s1", {"events": [{"type": "user.message", "content": [{"type": "text", "text": "stars?"}]}]}],
+        ],
+        [
+            "sessions.events.stream",
+            {"type": "user.message", "id": "e1", "content": [{"type": "text", "text": "stars?"}]},
+        ],
+        ["sessions.events.stream", {"type": "span.model_request_start", "id": "e2"}],
+        [
+            "sessions.events.stream",
+            {"type": "agent.message", "content": [{"type": "text", "text": "Fetching."}]},
+        ],
+        ["sessions.events.stream", {"type": "agent.tool_use", "name": "web_fetch", "input": {"url": "u"}}],
+        [
+            "sessions.events.stream",
+            {
+                "type": "agent.tool_result",
+                "content": [{"type": "document", "source": {"type": "text", "data": "894 stars"}}],
+            },
+        ],
+        ["sessions.events.stream", {"type": "agent.message", "content": [{"type": "text", "text": "894."}]}],
+        ["sessions.events.stream", {"type": "session.status_idle", "stop_reason": {"type": "end_turn"}}],
+    ]
+    [ep], _ = _read(_jsonl(lines))
+    assert _turns(ep) == 2 and _tool_spans(ep) == 1
+    assert _text(ep, "prompt").count("stars?") == 1
+    assert _text(ep, "tool") == "894 stars"
+    assert '<tool_call> web_fetch {"url": "u"}</tool_call>' in _text(ep, "policy")
+    assert ep.meta["events"] == 9
+
+
+def test_a_transcript_whose_model_turns_are_all_empty_is_not_an_episode():
+    rec = {"log": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]}
+    with pytest.raises(ApiError) as e:
+        _read(json.dumps(rec))
+    assert e.value.code == "no_episodes" and "every turn of the model" in e.value.message
