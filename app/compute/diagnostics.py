@@ -6,7 +6,8 @@ rate, zero-variance shares, credit by effect, useless credit), on the rules of a
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable, Sequence
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -18,8 +19,52 @@ from app.core.schemas import EpisodeSummary
 # What batch_diagnostics may raise on extreme scores: the batch is stored all the same, without them.
 DIAGNOSTICS_ERRORS = (ValueError, FloatingPointError, OverflowError)
 
+# slug -> (kinds [T] uint8, turn ids [T] int32) of the episodes with ``meta.calls``.
+TurnData = dict[str, tuple[np.ndarray, np.ndarray]]
 
-def histogram(scores: np.ndarray, bins: int = 10) -> dict:
+
+class Histogram(TypedDict):
+    """Bin edges [bins + 1] and counts [bins] (empty: no finite score)."""
+
+    edges: list[float]
+    counts: list[int]
+
+
+class GroupStats(TypedDict):
+    """One group of a batch (``group`` None: an ungrouped episode's group of its own)."""
+
+    group: str | None
+    n: int
+    mean_reward: float
+    pass_rate: float | None
+    zero_variance: bool
+
+
+class CreditShares(TypedDict):
+    """Where the positive outcome credit lands (:func:`credit_by_effect`)."""
+
+    useless_credit_share: float | None
+    useless_credit_share_per_call: float | None
+    credit_by_effect: dict[str, metrics.EffectCredit] | None
+
+
+class Diagnostics(TypedDict):
+    """A batch's diagnostics (:func:`batch_diagnostics`), as the batch API answers them."""
+
+    groups: list[GroupStats]
+    zero_variance_groups: list[str | None]
+    zero_variance_share: float | None
+    zero_variance_all_pass_share: float | None
+    zero_variance_all_fail_share: float | None
+    pass_rate: float | None
+    reward_histogram: Histogram
+    whiten_vs_center: dict[str, Any]
+    useless_credit_share: float | None
+    useless_credit_share_per_call: float | None
+    credit_by_effect: dict[str, metrics.EffectCredit] | None
+
+
+def histogram(scores: np.ndarray, bins: int = 10) -> Histogram:
     """{"edges": [bins+1], "counts": [bins]} over the scores (one bin when all are equal)."""
     # Sums of huge rewards can overflow to +-inf: those scores have no bin (but count in ``n``).
     scores = scores[np.isfinite(scores)]
@@ -35,9 +80,7 @@ def histogram(scores: np.ndarray, bins: int = 10) -> dict:
     return {"edges": edges.tolist(), "counts": counts.tolist()}
 
 
-def batch_diagnostics(
-    rows: list[EpisodeSummary], turn_data: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
-) -> dict:
+def batch_diagnostics(rows: list[EpisodeSummary], turn_data: TurnData | None = None) -> Diagnostics:
     """Diagnostics of one batch.
 
     turn_data: slug -> (kinds [T] uint8, turn_ids [T] int32) for episodes with ``meta.calls``
@@ -45,10 +88,11 @@ def batch_diagnostics(
     slugs = [r.slug for r in rows]
     labels = [r.group for r in rows]
     scores = np.array([r.score for r in rows], dtype=np.float64)
-    passed = np.array([bool(r.passed) for r in rows])
+    passes = [bool(r.passed) for r in rows]
+    passed = np.array(passes)
     groups = domain.groups(labels)
-    zv = metrics.zero_variance(scores, labels, passed)
-    group_stats = [
+    zv = metrics.zero_variance(scores, labels, passes)
+    group_stats: list[GroupStats] = [
         {
             "group": domain.group_label(key),
             "n": len(members),
@@ -58,7 +102,7 @@ def batch_diagnostics(
         }
         for key, members in groups.items()
     ]
-    out: dict[str, Any] = {
+    out: Diagnostics = {
         "groups": group_stats,
         "zero_variance_groups": [g.group for g in zv.groups],
         "zero_variance_share": zv.share,
@@ -72,11 +116,21 @@ def batch_diagnostics(
         "credit_by_effect": None,
     }
     if turn_data:
-        out.update(credit_by_effect(rows, scores, passed, labels, turn_data))
+        shares = credit_by_effect(rows, scores, passed, labels, turn_data)
+        if shares is not None:
+            out["useless_credit_share"] = shares["useless_credit_share"]
+            out["useless_credit_share_per_call"] = shares["useless_credit_share_per_call"]
+            out["credit_by_effect"] = shares["credit_by_effect"]
     return out
 
 
-def whiten_vs_center(slugs, labels, scores, passed, groups) -> dict:
+def whiten_vs_center(
+    slugs: Sequence[str],
+    labels: Sequence[str | None],
+    scores: np.ndarray,
+    passed: np.ndarray,
+    groups: dict[Hashable, list[int]],
+) -> dict[str, Any]:
     """Per episode, the batch-whitened outcome advantage next to the group-centred one, and a
     summary: failures on never-solved tasks are pushed down under batch whitening but get exactly
     0 under group centering."""
@@ -92,10 +146,10 @@ def whiten_vs_center(slugs, labels, scores, passed, groups) -> dict:
     never_idx = [i for k in never for i in groups[k]]
     succ_idx = np.flatnonzero(passed)
 
-    def mean(a, idx):
+    def mean(a: np.ndarray, idx: Sequence[int] | np.ndarray) -> float | None:
         return float(a[idx].mean()) if len(idx) else None
 
-    res = {
+    res: dict[str, Any] = {
         "episodes": [
             {"slug": s, "group": g, "score": float(x), "batch_whiten": float(b), "group_center": float(c)}
             for s, g, x, b, c in zip(slugs, labels, scores, bw, gc, strict=True)
@@ -129,10 +183,16 @@ def whiten_vs_center(slugs, labels, scores, passed, groups) -> dict:
     return res
 
 
-def credit_by_effect(rows: list[EpisodeSummary], scores, passed, labels, turn_data) -> dict:
+def credit_by_effect(
+    rows: list[EpisodeSummary],
+    scores: np.ndarray,
+    passed: np.ndarray,
+    labels: Sequence[str | None],
+    turn_data: TurnData,
+) -> CreditShares | None:
     """Where the RLOO outcome credit lands, by ``meta.calls[k].effect``
     (:func:`app.core.metrics.credit_by_effect` over the episodes in ``turn_data``), and the
-    useless-credit shares of it ({} when no episode's calls describe its turns)."""
+    useless-credit shares of it (None when no episode's calls describe its turns)."""
     rloo = outcome_advantages("rloo", scores, labels)
     eps = []
     for i, r in enumerate(rows):
@@ -145,7 +205,7 @@ def credit_by_effect(rows: list[EpisodeSummary], scores, passed, labels, turn_da
             eps.append(c)
     by = metrics.credit_by_effect(eps)
     if not by:
-        return {}
+        return None
     share, per_call = metrics.useless_credit(by)
     return {"useless_credit_share": share, "useless_credit_share_per_call": per_call, "credit_by_effect": by}
 
@@ -155,7 +215,7 @@ GROUP_DETAIL_BASELINES = ("rloo", "grpo", "dr_grpo", "group_mean", "batch_whiten
 
 def group_detail(
     rows: list[EpisodeSummary], group: str, advantages: dict[str, np.ndarray] | None = None
-) -> dict | None:
+) -> dict[str, Any] | None:
     """GET /api/batches/{id}/groups/{group}: each member's outcome advantage under the five
     baselines (batch_whiten over the whole batch), whether the group has zero variance, and why.
 

@@ -1,7 +1,7 @@
 """What a run step computes of each of its episodes at ingest, before retention drops any: the
 search fields of ``GET /api/runs/{id}/episodes`` and whether the episode is flagged.
 
-Pure: a prepared episode row (app/core/validate.py: numpy arrays, not packed yet) in, numbers out.
+Pure: a prepared episode row (app/core/rows.py: numpy arrays, not packed yet) in, numbers out.
 Definitions ("policy tokens" are the tokens of kind policy; A the trainer's uploaded advantages):
 
 * ``n_tool_tokens``: tokens of kind tool.
@@ -21,16 +21,30 @@ Definitions ("policy tokens" are the tokens of kind policy; A the trainer's uplo
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from app.core import domain
-from app.core.arrays import F64, FLOAT_FIELDS, EpisodeArrays, arrays_of, decode
+from app.core.arrays import F64, EpisodeArrays, arrays_of
+from app.core.rows import FLOAT_COLUMNS, EpisodeRow, FloatField
 
 MAX_LOG_RATIO = 700.0  # exp(700) ~ 1e304: still a finite float64
+
+
+class SearchColumns(TypedDict):
+    """The ``episode_search`` columns (app/storage/models.py) an episode's fields are stored in."""
+
+    n_tool_tokens: int
+    max_abs_adv: float | None
+    nonpolicy_abs_adv_share: float | None
+    max_ratio: float | None
+    mean_entropy: float | None
+    n_findings: int
+    finding_codes: str
 
 
 @dataclass
@@ -51,8 +65,8 @@ class EpisodeFields:
         """An error finding names it, or credit sits on its prompt or tool tokens."""
         return self.n_errors > 0 or bool(self.nonpolicy_abs_adv_share)
 
-    def columns(self) -> dict[str, Any]:
-        """The episode columns (app/storage/models.py) these fields are stored in."""
+    def columns(self) -> SearchColumns:
+        """The ``episode_search`` columns (app/storage/models.py) these fields are stored in."""
         return {
             "n_tool_tokens": self.n_tool_tokens,
             "max_abs_adv": self.max_abs_adv,
@@ -64,13 +78,14 @@ class EpisodeFields:
         }
 
 
-def _float(row: dict, name: str) -> np.ndarray | None:
-    return decode(row.get(name), F64)
+def _float(row: EpisodeRow, name: FloatField) -> np.ndarray | None:
+    arr = row.get(name)  # ``get``: a hand-made row may leave out the fields it does not have
+    return None if arr is None else arr.astype(F64, copy=False)
 
 
-def episode_fields(row: dict[str, Any]) -> EpisodeFields:
+def episode_fields(row: EpisodeRow) -> EpisodeFields:
     """The fields of one prepared episode row (findings are added by :func:`add_findings`)."""
-    kinds = decode(row["kinds"], np.dtype(np.uint8))
+    kinds = row["kinds"]
     policy = kinds == domain.POLICY
     adv = _float(row, "advantages")
     max_abs = share = None
@@ -92,7 +107,7 @@ def episode_fields(row: dict[str, Any]) -> EpisodeFields:
     )
 
 
-def add_findings(fields: list[EpisodeFields], findings: list[dict[str, Any]]) -> None:
+def add_findings(fields: list[EpisodeFields], findings: Sequence[Mapping[str, Any]]) -> None:
     """Count each audit finding (``{"code", "severity", "episodes": [index, ...]}``) on the
     episodes it names (see the module docstring for which ones it flags)."""
     codes: list[list[str]] = [[] for _ in fields]
@@ -105,18 +120,18 @@ def add_findings(fields: list[EpisodeFields], findings: list[dict[str, Any]]) ->
                 fields[i].n_errors += flags
                 if f["code"] not in codes[i]:
                     codes[i].append(f["code"])
-    for f, c in zip(fields, codes, strict=True):
-        f.finding_codes = " ".join(c)
+    for episode, c in zip(fields, codes, strict=True):
+        episode.finding_codes = " ".join(c)
 
 
-def row_arrays(row: dict[str, Any]) -> EpisodeArrays:
+def row_arrays(row: EpisodeRow) -> EpisodeArrays:
     """A prepared row as :class:`EpisodeArrays` for the audit (no token strings)."""
-    floats = {name: _float(row, name) for name in FLOAT_FIELDS}
-    tids = decode(row.get("turn_ids"), np.dtype("<i4"))
+    floats: dict[str, np.ndarray | None] = {name: _float(row, name) for name in FLOAT_COLUMNS}
+    tids = row["turn_ids"]
     src = SimpleNamespace(
         reward=row.get("reward"),
         group=row.get("group"),
         truncated=row.get("truncated", False),
         bootstrap_value=row.get("bootstrap_value"),
     )
-    return arrays_of(src, decode(row["kinds"], np.dtype(np.uint8)), floats, tids, [], {}, None)
+    return arrays_of(src, row["kinds"], floats, tids, [], {}, None)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from app.core import domain
 from app.core.arrays import F64, I32, decode, id_tokens, json_loads
+from app.core.rows import EpisodeRow
 from app.core.tokenize import join_tokens
 
 PROMPT_TEXT_MAX = 4000  # characters of a prompt's text kept for display
@@ -44,12 +44,12 @@ class PromptStep:
         return self.sum_abs_adv / self.n_adv_tokens if self.has_adv and self.n_adv_tokens else None
 
 
-def prompt_key(row: dict[str, Any]) -> tuple[str, int]:
+def prompt_key(row: EpisodeRow) -> tuple[str, int]:
     """(key, number of tokens) of a prepared row's leading prompt (see the module docstring)."""
-    kinds = decode(row["kinds"], np.dtype(np.uint8))
+    kinds = row["kinds"]
     not_prompt = np.flatnonzero(kinds != domain.PROMPT)
     k = int(not_prompt[0]) if len(not_prompt) else len(kinds)
-    ids = decode(row.get("token_ids"), I32)
+    ids = row.get("token_ids")
     if ids is not None:
         key_bytes = b"ids:" + ids[:k].astype("<i4").tobytes()
     else:
@@ -57,7 +57,7 @@ def prompt_key(row: dict[str, Any]) -> tuple[str, int]:
     return hashlib.sha256(key_bytes).hexdigest()[:16], k
 
 
-def prompt_text(row: dict[str, Any], k: int) -> str:
+def prompt_text(row: EpisodeRow, k: int) -> str:
     """The display text of a prepared row's first ``k`` tokens (at most :data:`PROMPT_TEXT_MAX`
     characters; each token is at least one character, so no more tokens than that are read)."""
     tokens = _tokens(row)
@@ -67,12 +67,15 @@ def prompt_text(row: dict[str, Any], k: int) -> str:
     return join_tokens(tokens[: min(k, PROMPT_TEXT_MAX)])[:PROMPT_TEXT_MAX]
 
 
-def _tokens(row: dict[str, Any]) -> list[str] | None:
+def _tokens(row: EpisodeRow) -> list[str] | None:
     text_json = row.get("tokens_json")
-    return json_loads(text_json) if text_json and text_json != "null" else None
+    if not text_json or text_json == "null":
+        return None
+    tokens: list[str] = json_loads(text_json)
+    return tokens
 
 
-def prompt_steps(rows: list[dict[str, Any]], kept: set[int] | None = None) -> list[PromptStep]:
+def prompt_steps(rows: list[EpisodeRow], kept: set[int] | None = None) -> list[PromptStep]:
     """A step's prompts over all its prepared rows; ``kept``: the indices stored in full."""
     out: dict[str, PromptStep] = {}
     for i, row in enumerate(rows):
@@ -87,7 +90,7 @@ def prompt_steps(rows: list[dict[str, Any]], kept: set[int] | None = None) -> li
         p.members.append(i)
         adv = decode(row.get("advantages"), F64)
         if adv is not None:
-            policy = decode(row["kinds"], np.dtype(np.uint8)) == domain.POLICY
+            policy = row["kinds"] == domain.POLICY
             p.has_adv = True
             p.sum_abs_adv += float(np.abs(adv[policy]).sum())
             p.n_adv_tokens += int(policy.sum())

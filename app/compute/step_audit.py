@@ -18,6 +18,7 @@ import numpy as np
 
 from app.compute.audit import decorate, run_audit
 from app.compute.episode_fields import row_arrays
+from app.core.rows import EpisodeRow
 from app.core.settings import Settings
 
 DEFAULT_MAX_CELLS = Settings.model_fields["audit_max_cells"].default
@@ -33,22 +34,22 @@ class StepAudit:
     seconds: float
 
 
-def step_audit(rows: list[dict[str, Any]], settings: Settings | None) -> StepAudit | None:
+def step_audit(rows: list[EpisodeRow], settings: Settings | None) -> StepAudit | None:
     """The audit of a step's prepared rows, or None when it cannot be audited."""
-    if not rows or any(r.get("advantages") is None for r in rows):
+    if not rows or any(r["advantages"] is None for r in rows):
         return None
     cells = len(rows) * max(int(r["n_tokens"]) for r in rows)
     if cells > (settings.audit_max_cells if settings is not None else DEFAULT_MAX_CELLS):
         return None
     arrays = [row_arrays(r) for r in rows]
     t0 = time.perf_counter()
-    body, refs = run_audit(arrays, turn_ids=all(r.get("turn_ids") is not None for r in rows))
+    body, refs = run_audit(arrays, turn_ids=all(r["turn_ids"] is not None for r in rows))
     return StepAudit(body=body, refs=refs, seconds=time.perf_counter() - t0)
 
 
 @contextmanager
 def step_audit_beside(
-    rows: list[dict[str, Any]], settings: Settings | None
+    rows: list[EpisodeRow], settings: Settings | None
 ) -> Iterator[Callable[[], StepAudit | None]]:
     """:func:`step_audit` started in a thread of its own; yields the function that waits for its
     answer. Torch releases the GIL, so the caller's work runs beside it on another core. (The
@@ -58,7 +59,9 @@ def step_audit_beside(
         yield pool.submit(step_audit, rows, settings).result
 
 
-def kept_audit(body: dict[str, Any], kept: list[int], slugs: list[str], kinds: list[np.ndarray]) -> dict:
+def kept_audit(
+    body: dict[str, Any], kept: list[int], slugs: list[str], kinds: list[np.ndarray]
+) -> dict[str, Any]:
     """The audit answer as the stored batch sees it: each finding's ``episodes`` and ``tokens``
     renumbered over the kept episodes (the others left out; ``n_episodes_seen``: how many of the
     step's episodes it named), with slugs and links (:func:`app.compute.audit.decorate`).

@@ -1,6 +1,6 @@
 """A run step's metrics, computed once while its episodes are ingested and stored with the batch.
 
-:class:`StepMetrics` sees each episode once, as the store's row (numeric arrays as bytes) plus the
+:class:`StepMetrics` sees each episode once, as its prepared row (app/core/rows.py) plus the
 parsed episode, and keeps only running sums and one small tuple per episode (score, pass, group),
 never the per-token arrays. The run page and ``GET /api/runs/{id}/metrics`` read the stored
 result; nothing is recomputed per request.
@@ -26,43 +26,50 @@ A metric whose inputs the upload lacks is ``None`` (stored as null).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from app.core import domain, metrics
-from app.core.arrays import F64, I32, SIGNAL_FIELDS, decode, json_loads
+from app.core.arrays import F64, I32, json_loads
+from app.core.rows import EpisodeRow, FloatField
+from app.core.schemas import EpisodeIn
+from app.core.validate import ArrayEpisode
+
+if TYPE_CHECKING:  # torch: loss_view is imported only when a step carries log-probs
+    from app.compute.loss_view import Removed
+
+# A step's metrics as stored: metric name -> value (None: not computable).
+StepValues = dict[str, float | int | None]
+# The parsed episode a row came from (the source of fields the row has no column for).
+Source = EpisodeIn | ArrayEpisode | None
+
+_SIGNALS: tuple[FloatField, ...] = ("ref_logprobs", "rollout_logprobs", "entropy")  # arrays.SIGNAL_FIELDS
+_LOSS_INPUTS: tuple[FloatField, ...] = ("advantages", "logprobs", "rollout_logprobs")
 
 
-def _array(row: dict, ep: Any, name: str, n: int) -> np.ndarray | None:
+def _array(row: EpisodeRow, ep: Source, name: FloatField, n: int) -> np.ndarray | None:
     """[n] float64 of a per-token field, or None when absent, of the wrong length or not finite."""
-    raw = row.get(name)
-    if _is_column(raw):
-        arr = decode(raw, F64)  # a store row's column: validated finite, one per token
+    raw = row[name]
+    if raw is not None:
+        arr = raw.astype(F64, copy=False)  # the row's column: validated finite, one per token
         return arr if arr.shape == (n,) else None
-    else:
-        vals = getattr(ep, name, None) if ep is not None else None
-        if vals is None and ep is not None and isinstance(getattr(ep, "meta", None), dict):
-            vals = ep.meta.get(name)
-        if vals is None:
-            return None
-        try:
-            arr = np.asarray(vals, dtype=F64)
-        except (TypeError, ValueError):
-            return None
+    vals: object = getattr(ep, name, None) if ep is not None else None
+    meta = getattr(ep, "meta", None)
+    if vals is None and isinstance(meta, dict):  # older safetensors uploads kept signals in meta
+        vals = meta.get(name)
+    if vals is None:
+        return None
+    try:
+        arr = np.asarray(vals, dtype=F64)
+    except (TypeError, ValueError):
+        return None
     if arr.shape != (n,) or not np.isfinite(arr).all():
         return None
     return arr
 
 
-_LOSS_INPUTS = ("advantages", "logprobs", "rollout_logprobs")
-
-
-def _is_column(raw: Any) -> bool:
-    return isinstance(raw, np.ndarray | bytes | bytearray | memoryview)
-
-
-def _removed(adv: np.ndarray, policy: np.ndarray, logp: np.ndarray, rollout: np.ndarray) -> Any:
+def _removed(adv: np.ndarray, policy: np.ndarray, logp: np.ndarray, rollout: np.ndarray) -> Removed:
     from app.compute import loss_view as lv  # torch: imported only when a step carries log-probs
 
     return lv.episode_removed(adv, policy, logp, rollout)
@@ -106,22 +113,22 @@ class StepMetrics:
         # with meta.calls (a failing one gets no positive credit).
         self.calls: dict[int, tuple[list[str], np.ndarray]] = {}
         # The loss metrics, per episode index (summed in index order by result()). An episode whose
-        # inputs are all the row's own columns is computed later, by add_deferred (the store runs it
-        # beside the step's audit), so the row is not decoded twice now.
-        self.removed: dict[int, Any] = {}
+        # inputs are all the row's own columns is computed later, by add_deferred (compute_step runs it
+        # beside the step's audit, app/compute/step.py), all in a few padded blocks.
+        self.removed: dict[int, Removed] = {}
         self.deferred: list[int] = []
 
-    def add(self, row: dict, ep: Any = None) -> None:
-        # Per-token fields (``SIGNAL_FIELDS`` and the rest) come from the store row (bytes) when the
-        # store has a column for them, else from the parsed episode's field, else from its meta
-        # (older uploads of the safetensors format kept them there): :func:`_array`.
-        """One episode: ``row`` is its store row (app/core/validate.py prepare_episode), ``ep`` the
-        parsed episode it came from (optional; the source of fields the row has no column for)."""
+    def add(self, row: EpisodeRow, ep: Source = None) -> None:
+        # Per-token fields (the signals and the rest) come from the row when it has them, else from
+        # the parsed episode's field, else from its meta (older uploads of the safetensors format
+        # kept them there): :func:`_array`.
+        """One episode: ``row`` is its prepared row (app/core/validate.py prepare_episode), ``ep``
+        the parsed episode it came from (optional; the source of fields the row has no value for)."""
         i = len(self.scores)
         self.scores.append(float(row["score"]))
         self.passed.append(bool(row["passed"]))
-        self.labels.append(row.get("group"))
-        kinds = decode(row["kinds"], np.dtype(np.uint8))
+        self.labels.append(row["group"])
+        kinds = row["kinds"].astype(np.uint8, copy=False)
         n = len(kinds)
         policy = kinds == domain.POLICY
         self.policy_tokens += int(policy.sum())
@@ -132,7 +139,7 @@ class StepMetrics:
             a = np.abs(adv)
             self.abs_adv_policy.add(a[policy])
             self.abs_adv_other += float(a[~policy].sum())
-        signals = {name: _array(row, ep, name, n) for name in SIGNAL_FIELDS}
+        signals = {name: _array(row, ep, name, n) for name in _SIGNALS}
         if signals["entropy"] is not None:
             self.entropy.add(signals["entropy"][policy])
         logp = _array(row, ep, "logprobs", n)
@@ -147,22 +154,22 @@ class StepMetrics:
                     m if self.max_abs_log_ratio is None else max(m, self.max_abs_log_ratio)
                 )
         if adv is not None and logp is not None and signals["rollout_logprobs"] is not None:
-            if all(_is_column(row.get(name)) for name in _LOSS_INPUTS):
+            if all(row[name] is not None for name in _LOSS_INPUTS):
                 self.deferred.append(i)
             else:
                 self.removed[i] = _removed(adv, policy, logp, signals["rollout_logprobs"])
         values = _array(row, ep, "values", n)
         if values is not None:
             rewards = _array(row, ep, "rewards", n)
-            eff = domain.effective_rewards(kinds, rewards, row.get("reward"))[policy]
+            eff = domain.effective_rewards(kinds, rewards, row["reward"])[policy]
             g = np.cumsum(eff[::-1])[::-1]  # return-to-go over the policy tokens, gamma = 1
             d = g - values[policy]
             self.ev += (len(g), g.sum(), (g * g).sum(), d.sum(), (d * d).sum())
-        meta_json = row.get("meta_json") or ""
+        meta_json = row["meta_json"] or ""
         if '"calls"' in meta_json and row["passed"]:
             self._add_calls(i, row, policy, meta_json)
 
-    def add_deferred(self, rows: list[dict]) -> None:
+    def add_deferred(self, rows: list[EpisodeRow]) -> None:
         """The loss metrics of the episodes :meth:`add` deferred; ``rows`` every row it was given,
         in order. Call before :meth:`result` (it also runs them if nobody did)."""
         if not self.deferred:
@@ -173,25 +180,25 @@ class StepMetrics:
         for i in self.deferred:
             row = rows[i]
             n = int(row["n_tokens"])
-            policy = decode(row["kinds"], np.dtype(np.uint8)) == domain.POLICY
+            policy = row["kinds"].astype(np.uint8, copy=False) == domain.POLICY
             adv, logp, rollout = (_array(row, None, name, n) for name in _LOSS_INPUTS)
             assert adv is not None and logp is not None and rollout is not None  # add() checked them
             inputs.append((adv, policy, logp, rollout))
         self.removed.update(zip(self.deferred, lv.episodes_removed(inputs), strict=True))
         self.deferred = []
 
-    def _add_calls(self, i: int, row: dict, policy: np.ndarray, meta_json: str) -> None:
+    def _add_calls(self, i: int, row: EpisodeRow, policy: np.ndarray, meta_json: str) -> None:
         calls = json_loads(meta_json).get("calls")
         if not isinstance(calls, list) or not calls:
             return
-        tids = row.get("turn_ids")
-        turn_ids = domain.default_turn_ids(policy) if tids is None else decode(tids, I32)
+        tids = row["turn_ids"]
+        turn_ids = domain.default_turn_ids(policy) if tids is None else tids.astype(I32, copy=False)
         tokens = domain.call_tokens(turn_ids, policy, len(calls))
         if tokens is None:
             return
         self.calls[i] = (metrics.call_effects(calls), tokens)
 
-    def result(self, rows: list[dict] | None = None) -> dict[str, float | int | None]:
+    def result(self, rows: list[EpisodeRow] | None = None) -> StepValues:
         """The step's metrics (:data:`app.core.metrics.STEP_METRICS` plus ``n_episodes``); None
         where not computable. ``rows``: the rows given to :meth:`add`, needed while some of its
         loss metrics are deferred (:meth:`add_deferred`)."""
@@ -211,7 +218,7 @@ class StepMetrics:
         B = len(self.scores)
         scores = np.asarray(self.scores, dtype=np.float64)
         passed = np.asarray(self.passed, dtype=bool)
-        zv = metrics.zero_variance(scores, self.labels, passed)
+        zv = metrics.zero_variance(scores, self.labels, self.passed)
         return {
             "n_episodes": B,
             "pass_rate": metrics.pass_rate(passed),

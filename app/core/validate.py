@@ -27,6 +27,7 @@ from app.core.arrays import (
     kind_names,
 )
 from app.core.errors import ApiError, located
+from app.core.rows import EpisodeRow
 from app.core.schemas import EpisodeIn
 from app.core.settings import Settings
 
@@ -223,7 +224,7 @@ def prepare_episode(
     episode: int | None,
     line: int | None,
     settings: Settings | None = None,
-) -> dict[str, Any]:
+) -> EpisodeRow:
     """Validate one episode (native or :class:`ArrayEpisode`) and prepare its ``episode`` row
     (without batch id and slug): the summary columns, and the arrays as numpy arrays (float64,
     int32, uint8 kind codes) that :func:`app.core.arrays.pack_row` packs just before the row is
@@ -253,7 +254,7 @@ def _check_size(n: int, where: Where, settings: Settings | None) -> None:
         raise located(422, "empty_episode", "field `tokens` is empty.", field="tokens", **where)
 
 
-def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> dict[str, Any]:
+def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> EpisodeRow:
     kinds = np.asarray(ep.kinds)
     n = len(kinds)
     _check_size(n, where, settings)
@@ -335,7 +336,16 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> dict[
         raise located(422, "missing_field", "field `tokens` is missing.", field="tokens", **where)
     rewards = row["rewards"]
     score = domain.score(kinds, domain.effective_rewards(kinds, rewards, ep.reward))
-    row.update(
+    return EpisodeRow(
+        rewards=rewards,
+        values=row["values"],
+        logprobs=row["logprobs"],
+        advantages=row["advantages"],
+        ref_logprobs=row["ref_logprobs"],
+        rollout_logprobs=row["rollout_logprobs"],
+        entropy=row["entropy"],
+        token_ids=row["token_ids"],
+        turn_ids=row["turn_ids"],
         group=ep.group,
         task=text_column(ep.meta.get("task")),
         n_tokens=n,
@@ -350,4 +360,3 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> dict[
         kinds=kinds,
         meta_json=json_dumps(meta),
     )
-    return row

@@ -1,70 +1,42 @@
-"""A batch's stored diagnostics (table ``batch_stats``): computed from its summary columns, before
-the write for an upload (:func:`diagnostics_of_rows`) or from the stored rows, by the pure
-:func:`app.compute.diagnostics.batch_diagnostics`."""
+"""A batch's stored diagnostics (table ``batch_stats``), by the pure
+:func:`app.compute.diagnostics.batch_diagnostics`: computed before the write for an upload
+(:func:`app.compute.step.rows_diagnostics`), and here from the stored rows' summary columns when
+one of its episodes is deleted (or, without a stored row, when the batch is read)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from sqlmodel import Session
 
-from app.compute.diagnostics import DIAGNOSTICS_ERRORS, batch_diagnostics
-from app.core import domain
+from app.compute.diagnostics import DIAGNOSTICS_ERRORS, Diagnostics, TurnData, batch_diagnostics
 from app.core.arrays import json_dumps
 from app.core.schemas import EpisodeSummary
 from app.storage.codecs import episode_arrays
 from app.storage.episodes import batch_episodes, batch_summaries
-from app.storage.models import BatchStats, Episode
+from app.storage.models import BatchStats
 
 
-def _turns(rows: list[EpisodeSummary], episodes: Callable[[], Iterable[Any]]) -> dict | None:
-    """slug -> (kinds, turn ids) for episodes whose meta has `calls`; ``episodes`` (stored rows)
-    is called, and its arrays decoded, only when some have."""
-
+def turn_data(session: Session, batch_id: int, rows: list[EpisodeSummary]) -> TurnData | None:
+    """slug -> (kinds, turn ids) for the stored batch's episodes whose meta has `calls`; their
+    arrays are read and decoded only when some have."""
     want = {r.slug for r in rows if '"calls"' in r.meta_json}
     if not want:
         return None
-    out = {}
-    for ep in episodes():
+    out: TurnData = {}
+    for ep in batch_episodes(session, batch_id):
         if ep.slug in want:
             a = episode_arrays(ep)
             out[ep.slug] = (a.kinds, a.turn_ids)
     return out
 
 
-def turn_data(session, batch_id: int, rows: list[EpisodeSummary]) -> dict | None:
-    """slug -> (kinds, turn ids) for the stored batch's episodes whose meta has `calls`."""
-    return _turns(rows, lambda: batch_episodes(session, batch_id))
-
-
-def diagnostics_of_rows(rows: list[dict]) -> dict | None:
-    """The diagnostics of a batch about to be stored, from its prepared episode rows (with their
-    slugs, in upload order): what :func:`compute_batch_diagnostics` reads back once they are
-    stored, computed before the write so the write transaction stays short. None when they
-    cannot be computed (the batch API then computes them when read)."""
-
-    summaries = [
-        EpisodeSummary(
-            *(
-                domain.rewarded(row["reward"], row["rewards"]) if name == "rewarded" else row[name]
-                for name in EpisodeSummary._fields
-            )
-        )
-        for row in rows
-    ]
-    try:
-        return batch_diagnostics(summaries, _turns(summaries, lambda: (Episode(**row) for row in rows)))
-    except DIAGNOSTICS_ERRORS:
-        return None
-
-
-def compute_batch_diagnostics(session, batch_id: int) -> tuple[dict, int]:
+def compute_batch_diagnostics(session: Session, batch_id: int) -> tuple[Diagnostics, int]:
     """(diagnostics, episodes read) of a stored batch, from its summary columns (and the arrays of
     episodes with ``meta.calls`` only)."""
     rows = batch_summaries(session, batch_id)
     return batch_diagnostics(rows, turn_data(session, batch_id, rows)), len(rows)
 
 
-def store_batch_diagnostics(session, batch_id: int) -> None:
+def store_batch_diagnostics(session: Session, batch_id: int) -> None:
     """Compute the batch's diagnostics and write them to ``batch_stats`` in the session's
     transaction (the caller commits); an emptied batch gets no row."""
 

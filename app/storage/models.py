@@ -178,6 +178,13 @@ class EpisodeSearch(SQLModel, table=True):
     finding_codes: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
 
 
+def saved_id(row: Run | Batch | Episode) -> int:
+    """The id of a row the database has stored (flushed or read back): never None then."""
+    if row.id is None:
+        raise RuntimeError(f"{type(row).__name__} has no id yet: it is not stored")
+    return row.id
+
+
 class Job(SQLModel, table=True):
     """A background job (e.g. an async sampling request) that any worker process can run or report.
 

@@ -1,7 +1,8 @@
 """The episode store's queries: store a batch all-or-nothing, read it back, delete it.
 
-Validation lives in app/core/validate.py, the byte codecs in app/storage/codecs.py, the domain rules (score,
-pass, groups) in app/core/domain.py. Public API (pinned by the contracts): :func:`create_batch`,
+What a batch or a run step stores is computed before the write by app/compute/step.py; this
+module writes it in one transaction. Validation lives in app/core/validate.py, the byte codecs in
+app/storage/codecs.py, the domain rules (score, pass, groups) in app/core/domain.py. Public API (pinned by the contracts): :func:`create_batch`,
 :func:`get_episode`, :func:`episode_or_404`, :func:`get_batch`, :func:`list_batches`,
 :func:`episode_to_native`, :func:`load_demo`, :func:`delete_episode`.
 """
@@ -11,36 +12,35 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from sqlalchemy import CursorResult, func, insert, or_
 from sqlalchemy import delete as sa_delete
-from sqlalchemy import func, insert, or_
 from sqlalchemy.orm.exc import ObjectDeletedError, StaleDataError
 from sqlmodel import Session, col, select
 
-from app.compute.episode_fields import EpisodeFields, add_findings, episode_fields
-from app.compute.prompts import PromptStep, count_kept, prompt_steps
-from app.compute.retention import choose
-from app.compute.step_audit import StepAudit, kept_audit, step_audit_beside
-from app.compute.step_metrics import StepMetrics
+from app.compute.episode_fields import EpisodeFields
+from app.compute.prompts import PromptStep
+from app.compute.step import Item, KeptAudit, PreparedBatch, RunStep, compute_step, prepare_batch, too_many
 from app.core import urls
 from app.core.arrays import json_dumps, pack_row
 from app.core.errors import ApiError, not_found
-from app.core.metrics import AUDIT_ERRORS, AUDIT_WARNINGS
 from app.core.packing import pack
 from app.core.resources import demo_dir
 from app.core.schemas import EpisodeIn
 from app.core.settings import Settings
-from app.core.validate import prepare_episode, text_column
+from app.core.validate import text_column
 from app.storage.audit_models import BatchAudit, EpisodeAudit
 from app.storage.db import writing
-from app.storage.models import Batch, BatchStats, Episode, EpisodeSearch
+from app.storage.models import Batch, BatchStats, Episode, EpisodeSearch, Run, saved_id
 from app.storage.prompt_models import PromptStepRow, RunPrompt
 
-T = TypeVar("T")
+# A row a URL can name by id or slug.
+T = TypeVar("T", Batch, Run)
 
 
 class CreatedEpisode(BaseModel):
@@ -67,7 +67,7 @@ VISIBILITIES = (PUBLIC, UNLISTED)
 
 def batch_ref(b: Batch) -> int | str:
     """What a batch's URLs carry: its slug when unlisted (its id answers 404), else its id."""
-    return b.slug if b.visibility == UNLISTED and b.slug else b.id
+    return b.slug if b.visibility == UNLISTED and b.slug else saved_id(b)
 
 
 def row_by_ref(session: Session, model: type[T], ref: int | str) -> T | None:
@@ -76,10 +76,10 @@ def row_by_ref(session: Session, model: type[T], ref: int | str) -> T | None:
     ref = str(ref)
     if ref.isascii() and ref.isdigit():
         row = row_by_id(session, model, int(ref)) if len(ref) < 20 else None
-        return row if row is not None and row.visibility == PUBLIC else None  # type: ignore[attr-defined]
+        return row if row is not None and row.visibility == PUBLIC else None
     if not ref or len(ref) > 64:
         return None
-    return session.exec(select(model).where(model.slug == ref)).first()  # type: ignore[attr-defined]
+    return session.exec(select(model).where(col(model.slug) == ref)).first()
 
 
 def row_by_id(session: Session, model: type[T], row_id: int) -> T | None:
@@ -114,22 +114,13 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _too_many(n: int, settings: Settings) -> ApiError:
-    return ApiError(
-        413,
-        "too_many_episodes",
-        f"the upload has {n} episodes; the limit is {settings.max_episodes_per_upload} "
-        "per upload (setting CREDITLENS_MAX_EPISODES_PER_UPLOAD). Split the file.",
-    )
-
-
 def create_batch(
     session: Session,
     episodes: list[EpisodeIn],
     *,
     name: str,
     source: str,
-    meta: dict | None = None,
+    meta: dict[str, Any] | None = None,
     lines: list[int | None] | None = None,
     settings: Settings | None = None,
     visibility: str = PUBLIC,
@@ -139,8 +130,8 @@ def create_batch(
     ``lines``: the file line of each episode, for error messages. Returns the new ids, slugs and
     URLs, and the batch's delete token (shown once; only its hash is stored)."""
     if settings is not None and len(episodes) > settings.max_episodes_per_upload:
-        raise _too_many(len(episodes), settings)
-    items = zip(lines if lines else [None] * len(episodes), episodes, strict=True)
+        raise too_many(len(episodes), settings)
+    items: Iterable[Item] = zip(lines if lines else [None] * len(episodes), episodes, strict=True)
     return create_batch_streaming(
         session, items, name=name, source=source, meta=meta, settings=settings, visibility=visibility
     )
@@ -148,172 +139,117 @@ def create_batch(
 
 def create_batch_streaming(
     session: Session,
-    items: Iterable[tuple[int | None, EpisodeIn]],
+    items: Iterable[Item],
     *,
     name: str,
     source: str,
-    meta: dict | None = None,
+    meta: dict[str, Any] | None = None,
     settings: Settings | None = None,
     run_id: int | None = None,
     step: int | None = None,
     visibility: str = PUBLIC,
     keep: int | None = None,
 ) -> CreatedBatch:
-    """:func:`create_batch` over ``(line, episode)`` pairs produced lazily (uploads): each episode is
-    validated and encoded as it is parsed, so only compact rows are held, never every episode's
-    Python lists at once. Nothing is written until all of them passed.
+    """:func:`create_batch` over ``(line, episode)`` pairs produced lazily (uploads): what the batch
+    stores is computed as they stream in (app/compute/step.py), then written in one transaction.
+    Nothing is written until every episode passed.
 
-    ``run_id``/``step``: the batch is that step of that run; its metrics (app/compute/step_metrics.py) are
-    computed here, as the episodes stream, and stored with it. A step the run already has raises
-    sqlalchemy's IntegrityError (the unique constraint decides, also between concurrent posts).
-    A step's audit and its episodes' search fields are computed over every episode too, and then
-    ``keep`` (the run's) chooses the episodes stored in full (app/compute/retention.py)."""
-    rows = []
-    limit = settings.max_episodes_per_upload if settings is not None else None
-    metrics = StepMetrics() if run_id is not None else None
-    for i, (line, ep) in enumerate(items):
-        if limit is not None and i >= limit:
-            raise _too_many(i + 1 + sum(1 for _ in items), settings)
-        rows.append(prepare_episode(ep, episode=i + 1, line=line, settings=settings))
-        if metrics is not None:
-            metrics.add(rows[-1], ep)
-    if not rows:
-        raise ApiError(422, "empty_upload", "the upload holds no episodes.")
-    if metrics is None:
-        return _store_rows(session, rows, name=name, source=source, meta=meta, visibility=visibility)
-    # The audit (torch, which releases the GIL) runs in a second thread while this one computes
-    # the loss metrics, the per-episode search fields and the prompt history: on two cores the
-    # step costs about the longer of the two, not their sum. Both only read the rows.
-    with step_audit_beside(rows, settings) as audited:
-        metrics.add_deferred(rows)
-        fields = [episode_fields(row) for row in rows]
-        prompts = prompt_steps(rows)
-        audit = audited()
-    result = metrics.result()
-    if audit is not None:
-        add_findings(fields, audit.body["findings"])
-        result[AUDIT_ERRORS] = sum(1 for f in audit.body["findings"] if f["severity"] == "error")
-        result[AUDIT_WARNINGS] = sum(1 for f in audit.body["findings"] if f["severity"] == "warning")
-    kept = None
-    if keep is not None and len(rows) > keep:
-        kept = choose(
-            [r["group"] for r in rows],
-            [f.flagged for f in fields],
-            [f.max_abs_adv for f in fields],
-            [r["reward"] for r in rows],
-            keep,
-            seed=step or 0,
-        )
-    if kept is not None:
-        count_kept(prompts, set(kept))
-    return _store_rows(
-        session,
-        rows,
-        name=name,
-        source=source,
-        meta=meta,
-        visibility=visibility,
-        kept=kept,
-        audit=audit,
-        prompts=prompts,
-        fields=fields,
-        run_id=run_id,
-        step=step,
-        metrics_json=json_dumps(result),
-        n_episodes_seen=len(rows),
-    )
-
-
-def _store_rows(
-    session: Session,
-    rows: list[dict],
-    *,
-    name: str,
-    source: str,
-    meta: dict | None,
-    kept: list[int] | None = None,
-    audit: StepAudit | None = None,
-    prompts: list[PromptStep] | None = None,
-    fields: list[EpisodeFields] | None = None,
-    **columns,
-) -> CreatedBatch:
-    """Write a batch and its prepared episode rows in one transaction. ``columns``: more batch
-    columns (a run step's ``run_id``, ``step``, ``metrics_json``, ``n_episodes_seen``). ``kept``:
-    the indices of the rows to store (None: all; the diagnostics still describe all of them);
-    ``audit``: the step's audit over all of them, stored for the kept ones; ``prompts``: the step's
-    prompt history rows (app/compute/prompts.py); ``fields``: every row's search fields, stored
-    for the kept ones (``episode_search``)."""
-    from app.storage.batch_stats import diagnostics_of_rows
-
-    delete_token = secrets.token_urlsafe(24)
-    for i, row in enumerate(rows):
-        row["slug"] = new_slug()
-        row["position"] = i  # the place in the upload, also when some are not kept
-    # Everything is computed before the write turn, which then holds only the inserts.
-    diagnostics = diagnostics_of_rows(rows)
-    n_seen = len(rows)
-    kept = list(range(n_seen)) if kept is None else kept
-    rows = [rows[i] for i in kept]
-    fields = None if fields is None else [fields[i] for i in kept]
-    slugs = [row["slug"] for row in rows]
-    stored = 0
-    if audit is not None:
-        audit_body = kept_audit(audit.body, kept, slugs, [row["kinds"] for row in rows])
-        refs = [pack(audit.refs[i].astype("<f8")) for i in kept]
-        stored += sum(map(len, refs))
-    stored += sum(pack_row(row) for row in rows)
+    ``run_id``/``step``: the batch is that step of that run, stored with what
+    :func:`app.compute.step.compute_step` computed over every episode (metrics, audit, search
+    fields, prompt history) and, in full, the episodes ``keep`` (the run's) chose. A step the run
+    already has raises sqlalchemy's IntegrityError (the unique constraint decides, also between
+    concurrent posts)."""
     batch = Batch(
         name=text_column(name) or "",
         source=source,
-        n_episodes=len(rows),
-        stored_bytes=stored,
         meta_json=json_dumps(meta or {}),
-        delete_token_hash=hash_token(delete_token),
         slug=new_slug(),
-        **columns,
+        visibility=visibility,
+        run_id=run_id,
+        step=step,
     )
+    if run_id is None:
+        return _write(session, batch, prepare_batch(items, settings=settings, new_slug=new_slug))
+    computed = compute_step(items, settings=settings, keep=keep, step=step or 0, new_slug=new_slug)
+    batch.metrics_json = json_dumps(computed.metrics)
+    batch.n_episodes_seen = computed.batch.n_seen
+    return _write(session, batch, computed.batch, computed)
+
+
+def _packed_rows(prepared: PreparedBatch) -> tuple[list[dict[str, Any]], int]:
+    """The kept rows as ``episode`` inserts (slug and position added, arrays packed:
+    app/core/arrays.py pack_row) and the bytes they take. Consumes ``prepared.rows``: each row's
+    arrays are let go once it is packed, so the write never holds a second copy of the batch."""
+    queue = deque((i, prepared.rows[i]) for i in prepared.kept)
+    prepared.rows.clear()
+    out: list[dict[str, Any]] = []
+    size = 0
+    while queue:
+        i, row = queue.popleft()
+        packed: dict[str, Any] = {**row, "slug": prepared.slugs[i], "position": i}
+        size += pack_row(packed)
+        out.append(packed)
+    return out, size
+
+
+def _write(
+    session: Session, batch: Batch, prepared: PreparedBatch, step: RunStep | None = None
+) -> CreatedBatch:
+    """Write ``batch`` with the kept episodes of ``prepared`` and its diagnostics in one
+    transaction; a run ``step`` adds its audit, prompt history and search rows. Everything was
+    computed before the write turn, which holds only the inserts."""
+    delete_token = secrets.token_urlsafe(24)
+    audit = None if step is None else step.audit
+    rows, stored = _packed_rows(prepared)
+    refs = [] if audit is None else [pack(r.astype("<f8")) for r in audit.refs]
+    batch.n_episodes = len(rows)
+    batch.stored_bytes = stored + sum(map(len, refs))
+    batch.delete_token_hash = hash_token(delete_token)
+    slugs = [row["slug"] for row in rows]
     with writing(session):
         try:
             session.add(batch)
             session.flush()
+            batch_id = saved_id(batch)
             for row in rows:
-                row["batch_id"] = batch.id
+                row["batch_id"] = batch_id
             # One executemany: far faster than ORM objects for thousands of rows.
             session.execute(insert(Episode), rows)
             # The batch's diagnostics, stored once with it: the batch API only reads them.
-            if diagnostics is not None:
+            if prepared.diagnostics is not None:
                 session.add(
                     BatchStats(
-                        batch_id=batch.id, n_episodes=len(rows), diagnostics_json=json_dumps(diagnostics)
+                        batch_id=batch_id,
+                        n_episodes=len(rows),
+                        diagnostics_json=json_dumps(prepared.diagnostics),
                     )
                 )
-            ids = dict(
-                session.execute(select(Episode.slug, Episode.id).where(Episode.batch_id == batch.id)).all()
-            )
-            if audit is not None:
-                _insert_audit(session, batch.id, len(rows), audit, audit_body, [ids[s] for s in slugs], refs)
-            if prompts:
-                _insert_prompts(session, batch, prompts)
-            if fields is not None:
-                _insert_search(session, batch, rows, fields, ids)
+            found = session.execute(select(Episode.slug, Episode.id).where(Episode.batch_id == batch_id))
+            ids: dict[str, int] = {slug: i for slug, i in found.all()}
+            if step is not None:
+                if audit is not None:
+                    _insert_audit(session, batch_id, audit, [ids[s] for s in slugs], refs)
+                if step.prompts:
+                    _insert_prompts(session, batch, step.prompts)
+                _insert_search(session, batch, rows, step.fields, ids)
             session.commit()
         except Exception:
             session.rollback()
             raise
     ref = batch_ref(batch)
     return CreatedBatch(
-        batch_id=batch.id,
+        batch_id=batch_id,
         episodes=[CreatedEpisode(id=ids[s], slug=s, url=urls.episode(s)) for s in slugs],
         delete_token=delete_token,
         visibility=batch.visibility,
         url=urls.batch(ref),
         api_url=urls.api_batch(ref),
-        n_episodes_seen=n_seen,
+        n_episodes_seen=prepared.n_seen,
     )
 
 
 def _insert_audit(
-    session: Session, batch_id: int, n: int, audit: StepAudit, body: dict, ids: list[int], refs: list[bytes]
+    session: Session, batch_id: int, audit: KeptAudit, ids: list[int], refs: list[bytes]
 ) -> None:
     """The step's audit rows (app/storage/audit_models.py), in the batch's transaction."""
     session.execute(
@@ -321,10 +257,10 @@ def _insert_audit(
         [
             {
                 "batch_id": batch_id,
-                "n_episodes": n,
-                "n_errors": body["n_errors"],
-                "searched": body["searched"],
-                "result_json": json_dumps(body),
+                "n_episodes": len(ids),
+                "n_errors": audit.n_errors,
+                "searched": audit.body["searched"],
+                "result_json": json_dumps(audit.body),
                 "seconds": audit.seconds,
             }
         ],
@@ -336,7 +272,11 @@ def _insert_audit(
 
 
 def _insert_search(
-    session: Session, batch: Batch, rows: list[dict], fields: list[EpisodeFields], ids: dict[str, int]
+    session: Session,
+    batch: Batch,
+    rows: list[dict[str, Any]],
+    fields: list[EpisodeFields],
+    ids: dict[str, int],
 ) -> None:
     """The kept episodes' search rows (``episode_search``), in the batch's transaction."""
     session.execute(
@@ -521,7 +461,7 @@ def _delete_episode(session: Session, ep: Episode, batch: Batch, slug: str) -> N
         session.delete(ep)
         batch.n_episodes = max(0, batch.n_episodes - 1)
         session.flush()
-        store_batch_diagnostics(session, batch.id)  # the new state's (none for an emptied batch)
+        store_batch_diagnostics(session, saved_id(batch))  # the new state's (none for an emptied batch)
         session.flush()
         if batch.n_episodes == 0:
             session.delete(batch)
@@ -539,7 +479,8 @@ def delete_batch(session: Session, batch_id: int, token: str | None) -> None:
             # Bulk deletes: a batch's episodes are never loaded (their arrays can be gigabytes).
             session.execute(sa_delete(Episode).where(col(Episode.batch_id) == batch_id))
             session.execute(sa_delete(BatchStats).where(col(BatchStats.batch_id) == batch_id))
-            gone = session.execute(sa_delete(Batch).where(col(Batch.id) == batch_id)).rowcount
+            deleted = session.execute(sa_delete(Batch).where(col(Batch.id) == batch_id))
+            gone = deleted.rowcount if isinstance(deleted, CursorResult) else 1
             session.commit()
         except (StaleDataError, ObjectDeletedError):  # deleted by a concurrent request
             session.rollback()
@@ -552,7 +493,7 @@ def delete_batch(session: Session, batch_id: int, token: str | None) -> None:
 # Demo data.
 
 
-def _demo_meta(path: Path) -> dict:
+def _demo_meta(path: Path) -> dict[str, Any]:
     """``<stem>.meta.json`` beside a demo file: the batch's metadata (sampler settings, diagnostics)."""
     meta_path = path.with_name(path.stem + ".meta.json")
     if not meta_path.is_file():

@@ -336,6 +336,8 @@ async def post_step(
     """The step's episodes in any upload format (multipart, JSON or raw bytes with ``?format=``),
     stored as one batch with the step's metrics. 409 when the run already has this step: nothing
     is changed (two concurrent posts of one step: the database's unique constraint lets one in)."""
+    # What the step stores is computed by app.compute.step.compute_step (metrics, audit, search
+    # fields, prompt history, retention); app/storage/store.py only writes it.
     run = rs.run_by_ref_or_404(session, run_id)
     ref, rid = run_id, stored_id(run)
     if rs.step_batch_id(session, rid, step) is not None:
