@@ -66,8 +66,21 @@ class RowContext:
 
 
 def _outcome(q: RowContext) -> Row:
-    a = q.ctx.scores[q.ctx.index] if q.baseline == "none" else q.ctx.episode_outcome(q.baseline)
+    if q.baseline == "none":
+        a: float | None = float(q.ctx.scores[q.ctx.index])
+    else:
+        a = q.ctx.episode_outcome(q.baseline)
+    if a is None:  # pragma: no cover - every outcome baseline (app/core/schemes.py) reads summaries only
+        raise ValueError(f"baseline {q.baseline!r} reads more than per-episode summaries")
     return Row(np.where(q.policy, a, 0.0), sc.outcome_label(q.baseline), "outcome")
+
+
+def _uploaded_advantages(q: RowContext) -> np.ndarray:
+    """The trainer's advantages (a row that reads them is asked for only when they were uploaded:
+    app/compute/inputs.py)."""
+    if q.ep.advantages is None:  # pragma: no cover - refused before, by the scheme's inputs
+        raise ValueError("the episode has no uploaded advantages")
+    return q.ep.advantages
 
 
 def _oracle(q: RowContext) -> Row:
@@ -79,8 +92,9 @@ def _uploaded(q: RowContext) -> Row:
     label, kind, _, _ = sc.SERVICE_SCHEMES["uploaded"]
     # Served on every token: a nonzero trainer advantage on a prompt or tool token is a bug the
     # page outlines (the turn means still read policy tokens only).
-    everywhere = np.asarray(q.ep.advantages, dtype=np.float64)
-    return Row(np.where(q.policy, q.ep.advantages, 0.0), label, kind, everywhere=everywhere)
+    uploaded = _uploaded_advantages(q)
+    everywhere = np.asarray(uploaded, dtype=np.float64)
+    return Row(np.where(q.policy, uploaded, 0.0), label, kind, everywhere=everywhere)
 
 
 def _audit_reference(q: RowContext) -> Row:  # the reference is 0 off-policy, as the uploaded row
@@ -90,7 +104,7 @@ def _audit_reference(q: RowContext) -> Row:  # the reference is 0 off-policy, as
 
 def _audit_diff(q: RowContext) -> Row:
     label, kind, _, _ = sc.SERVICE_SCHEMES["audit_diff"]
-    return Row(np.where(q.policy, q.ep.advantages, 0.0) - q.audit.reference, label, kind)
+    return Row(np.where(q.policy, _uploaded_advantages(q), 0.0) - q.audit.reference, label, kind)
 
 
 SERVICE_ROWS: dict[str, Callable[[RowContext], Row]] = {
@@ -140,11 +154,12 @@ def registry_row(q: RowContext, spec: EstimatorSpec) -> Row:
 # ---- the payload -------------------------------------------------------------------------------
 
 
-def _turn_id_list(turn_ids: np.ndarray, policy: np.ndarray) -> list:
+def _turn_id_list(turn_ids: np.ndarray, policy: np.ndarray) -> list[int | None]:
     """[T] ints with None off-policy."""
     o = turn_ids.astype(object)
     o[~policy] = None
-    return o.tolist()
+    ids: list[int | None] = o.tolist()
+    return ids
 
 
 def episode_advantages(
@@ -193,7 +208,7 @@ def episode_advantages(
     if not ep.rewarded:
         td = np.full(T, np.nan)
 
-    out_schemes = []
+    out_schemes: list[dict[str, Any]] = []
     per_token: dict[str, np.ndarray] = {}
     for name in names:
         if name in AFTER_ROWS:  # filled in once the advantage rows it may read are computed
@@ -210,7 +225,7 @@ def episode_advantages(
         shown = masked(adv, policy, as_numpy)
         if row.everywhere is not None:
             shown = row.everywhere.copy() if as_numpy else row.everywhere.tolist()
-        entry = {"name": name, "label": row.label, "kind": row.kind, "advantages": shown}
+        entry: dict[str, Any] = {"name": name, "label": row.label, "kind": row.kind, "advantages": shown}
         if row.extras:
             entry["extras"] = row.extras
         out_schemes.append(entry)
@@ -264,6 +279,7 @@ def _loss_row(
     """Fill the `loss_weights` row in ``out_schemes`` and return the payload's `loss` object
     (params, where the advantages came from, flags, marks; ``_weights`` for the caller)."""
     policy = ep.policy
+    source: str | None
     if ep.advantages is not None:
         source, adv = "uploaded", np.asarray(ep.advantages, dtype=np.float64)
     else:

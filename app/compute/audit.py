@@ -193,7 +193,7 @@ def marks_of(body: dict[str, Any], index: int) -> list[dict[str, Any]]:
 def audit_file(data: bytes, *, fmt: str | None = None, filename: str | None = None) -> dict[str, Any]:
     """Offline: the audit of an upload file (one batch), with the server's validation and messages.
     ApiError for unreadable or invalid input, 409 without advantages, as the API."""
-    from app.core.arrays import arrays_from_native
+    from app.compute.episode_fields import row_arrays
     from app.core.validate import prepare_episode
     from app.ingest import iter_upload
 
@@ -201,9 +201,10 @@ def audit_file(data: bytes, *, fmt: str | None = None, filename: str | None = No
     arrays = []
     all_tids = True
     for i, (line, ep) in enumerate(pairs):
-        prepare_episode(ep, episode=i + 1, line=line)  # the upload's validation: same 4xx messages
-        arrays.append(arrays_from_native(ep))
-        all_tids &= ep.turn_ids is not None
+        row = prepare_episode(ep, episode=i + 1, line=line)  # the upload's validation: same 4xx messages
+        # The prepared row, as the server's step audit reads it: native and array episodes alike.
+        arrays.append(row_arrays(row))
+        all_tids &= row["turn_ids"] is not None
     if not arrays:
         raise ApiError(422, "empty_upload", "the upload holds no episodes.")
     lacking = [i for i, a in enumerate(arrays) if a.advantages is None]

@@ -16,7 +16,7 @@ larger than ``keep`` keeps its first choice whole all the same (a step is never 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -25,7 +25,9 @@ from app.core import domain
 TELLING_SHARE = 0.75
 
 
-def _order_by(values: np.ndarray, groups: list[list[int]], reduce, descending: bool) -> list[int]:
+def _order_by(
+    values: np.ndarray, groups: list[list[int]], reduce: Callable[[np.ndarray], float], descending: bool
+) -> list[int]:
     """Group indices ordered by ``reduce`` of their members' values (NaN: none, last)."""
     keyed = []
     for gi, members in enumerate(groups):

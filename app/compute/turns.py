@@ -17,7 +17,7 @@ from app.core.errors import ApiError
 from app.core.tokenize import join_tokens
 
 
-def masked(arr: np.ndarray, policy: np.ndarray, as_numpy: bool = False) -> list | np.ndarray:
+def masked(arr: np.ndarray, policy: np.ndarray, as_numpy: bool = False) -> list[float | None] | np.ndarray:
     """[T] -> list with None off-policy (the JSON null the front end greys out).
 
     ``as_numpy``: a float64 array with NaN off-policy instead; orjson writes NaN as null and
@@ -28,7 +28,8 @@ def masked(arr: np.ndarray, policy: np.ndarray, as_numpy: bool = False) -> list 
         return out
     o = out.astype(object)
     o[np.isnan(out)] = None  # off-policy, or no number at all (an episode without a reward)
-    return o.tolist()
+    values: list[float | None] = o.tolist()
+    return values
 
 
 def turn_extras(extras: dict[str, Any], row: int, ep: EpisodeArrays, as_numpy: bool) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def oracle_advantages(ep: EpisodeArrays, gamma: float) -> np.ndarray:
 
 def turn_summaries(
     ep: EpisodeArrays, per_token: dict[str, np.ndarray], values: np.ndarray | None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One entry per turn: token span, text, reward, V at its first token, effect, mean advantage per scheme."""
     policy = ep.policy
     tid = ep.turn_ids

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import numpy as np
 
@@ -61,6 +61,12 @@ def id_tokens(ids: np.ndarray) -> list[str]:
     return [f"⟨{i}⟩" for i in ids.tolist()]
 
 
+@overload
+def decode(b: None, dtype: np.dtype) -> None: ...
+@overload
+def decode(b: bytes | np.ndarray, dtype: np.dtype) -> np.ndarray: ...
+@overload
+def decode(b: bytes | np.ndarray | None, dtype: np.dtype) -> np.ndarray | None: ...
 def decode(b: bytes | np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
     """An array of ``dtype`` from a column's bytes (packed, or an old row's plain array), or from
     a prepared row's array not packed yet (app/core/validate.py); None stays None."""

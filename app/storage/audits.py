@@ -17,12 +17,12 @@ from sqlmodel import Session, col, select
 from app.compute.audit import decorate, marks_of, no_advantages, run_audit, too_big
 from app.core import domain
 from app.core.arrays import F64, I32, EpisodeArrays, decode, json_dumps, json_loads, turn_ids_of
-from app.core.errors import ApiError
+from app.core.errors import ApiError, not_found
 from app.core.metrics import AUDIT_ERRORS, AUDIT_WARNINGS
 from app.core.packing import pack
 from app.core.settings import Settings
 from app.storage.audit_models import BatchAudit, EpisodeAudit
-from app.storage.models import Batch, Episode
+from app.storage.models import Batch, Episode, saved_id
 
 
 @dataclass
@@ -55,7 +55,17 @@ def _shape(session: Session, batch_id: int) -> _Shape:
     return _Shape(int(n or 0), int(t_max or 0), int(missing or 0), first)
 
 
-_COLUMNS = ("id", "slug", "kinds", "rewards", "values", "advantages", "turn_ids", "reward", "group")
+_COLUMNS: tuple[str, ...] = (
+    "id",
+    "slug",
+    "kinds",
+    "rewards",
+    "values",
+    "advantages",
+    "turn_ids",
+    "reward",
+    "group",
+)
 _COLUMNS += ("truncated", "bootstrap_value", "logprobs", "rollout_logprobs")
 
 
@@ -67,7 +77,10 @@ def _load(session: Session, batch_id: int) -> tuple[list[int], list[str], list[E
         .where(Episode.batch_id == batch_id)
         .order_by(col(Episode.position))
     )
-    ids, slugs, arrays, all_tids = [], [], [], True
+    ids: list[int] = []
+    slugs: list[str] = []
+    arrays: list[EpisodeArrays] = []
+    all_tids = True
     for r in session.execute(stmt):
         row = dict(zip(_COLUMNS, r, strict=True))
         kinds = decode(row["kinds"], np.dtype(np.uint8))
@@ -109,7 +122,7 @@ def audit_blocker(session: Session, batch: Batch, settings: Settings) -> ApiErro
     if _cached(session, batch) is not None:
         return None
     where = f"batch {batch.id}"
-    shape = _shape(session, batch.id)
+    shape = _shape(session, saved_id(batch))
     if shape.n == 0 or shape.missing:
         return no_advantages(shape.missing or 0, shape.n, shape.first_missing, where)
     if shape.n * shape.t_max > settings.audit_max_cells:
@@ -123,11 +136,12 @@ def batch_audit(session: Session, batch: Batch, settings: Settings) -> dict[str,
     409 when episodes lack advantages; 413 beyond ``settings.audit_max_cells``."""
     row = _cached(session, batch)
     if row is not None:
-        return json_loads(row.result_json)
+        cached: dict[str, Any] = json_loads(row.result_json)
+        return cached
     blocker = audit_blocker(session, batch, settings)
     if blocker is not None:
         raise blocker
-    ids, slugs, arrays, all_turn_ids = _load(session, batch.id)
+    ids, slugs, arrays, all_turn_ids = _load(session, saved_id(batch))
     t0 = time.perf_counter()
     body, refs = run_audit(arrays, turn_ids=all_turn_ids)
     seconds = time.perf_counter() - t0
@@ -138,8 +152,13 @@ def batch_audit(session: Session, batch: Batch, settings: Settings) -> dict[str,
 
 
 def _store(
-    session: Session, batch: Batch, body: dict, ids: list[int], refs: list[np.ndarray], seconds: float
-):
+    session: Session,
+    batch: Batch,
+    body: dict[str, Any],
+    ids: list[int],
+    refs: list[np.ndarray],
+    seconds: float,
+) -> None:
     """Replace the batch's cached audit (a concurrent request may have stored the same one first)."""
     from sqlalchemy import delete, insert
     from sqlalchemy.exc import IntegrityError
@@ -241,8 +260,12 @@ class EpisodeAuditView:
 def episode_audit(session: Session, ep: Episode, settings: Settings) -> EpisodeAuditView:
     """The audit of ``ep``'s batch (computed and cached if needed), seen from ``ep``."""
     batch = session.get(Batch, ep.batch_id)
+    if batch is None:  # deleted meanwhile
+        raise not_found(f"Episode {ep.slug!r}")
     body = batch_audit(session, batch, settings)
     row = session.get(EpisodeAudit, ep.id)
+    if row is None:  # deleted meanwhile (its audit goes with it)
+        raise not_found(f"Episode {ep.slug!r}")
     index = session.execute(
         select(func.count()).where(Episode.batch_id == ep.batch_id, col(Episode.position) < ep.position)
     ).scalar_one()

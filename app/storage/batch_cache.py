@@ -13,12 +13,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 from sqlmodel import Session, col, select
 
 from app.compute.batch import BatchSummary
+from app.compute.diagnostics import Diagnostics
 from app.core import domain
 from app.core.settings import Settings
 from app.storage.episodes import column
@@ -34,16 +35,19 @@ class _Cols(NamedTuple):
     rewarded: bool
 
 
-class LRU:
+V = TypeVar("V")
+
+
+class LRU(Generic[V]):
     """A thread-safe least-recently-used map bounded by the total ``weight`` of its values (the
     bound is given with each value: the caller's settings)."""
 
     def __init__(self) -> None:
-        self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._data: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
         self._weight = 0
 
-    def get(self, key: Hashable) -> Any | None:
+    def get(self, key: Hashable) -> V | None:
         with self._lock:
             hit = self._data.get(key)
             if hit is None:
@@ -51,7 +55,7 @@ class LRU:
             self._data.move_to_end(key)
             return hit[0]
 
-    def put(self, key: Hashable, value: Any, weight: int, limit: int) -> None:
+    def put(self, key: Hashable, value: V, weight: int, limit: int) -> None:
         with self._lock:
             if key in self._data:
                 self._weight -= self._data.pop(key)[1]
@@ -72,13 +76,13 @@ class LRU:
         return len(self._data)
 
 
-_SUMMARIES = LRU()
-_DIAGNOSTICS = LRU()
+_SUMMARIES: LRU[BatchSummary] = LRU()
+_DIAGNOSTICS: LRU[Diagnostics] = LRU()
 
 
-def batch_key(session: Session, batch: Batch) -> tuple:
+def batch_key(session: Session, batch: Batch) -> tuple[str, int | None, str, int]:
     """The key of one state of a batch (see the module docstring) in one database."""
-    return (str(session.get_bind().url), batch.id, str(batch.created_at), batch.n_episodes)
+    return (str(session.get_bind().engine.url), batch.id, str(batch.created_at), batch.n_episodes)
 
 
 def batch_summary(session: Session, batch: Batch, settings: Settings) -> BatchSummary:
@@ -111,8 +115,8 @@ def batch_summary(session: Session, batch: Batch, settings: Settings) -> BatchSu
 
 
 def cached_diagnostics(
-    session: Session, batch: Batch, compute: Callable[[], tuple[dict, int]], settings: Settings
-) -> dict:
+    session: Session, batch: Batch, compute: Callable[[], tuple[Diagnostics, int]], settings: Settings
+) -> Diagnostics:
     """The batch's diagnostics: ``compute()`` -> (diagnostics, episodes read) once per state."""
     key = batch_key(session, batch)
     hit = _DIAGNOSTICS.get(key)

@@ -29,9 +29,10 @@ def stored_tokens(ep: Episode) -> list[str]:
     only ids were uploaded (the tokens JSON is then ``null``: nothing is built at ingest). Since
     migration 0009 the JSON is packed in ``tokens_packed``; older rows have it in ``tokens_json``."""
     packed = getattr(ep, "tokens_packed", None)
-    tokens = json_loads(ep.tokens_json if packed is None else unpack_text(packed))
-    if tokens is None:
-        return id_tokens(decode(ep.token_ids, I32))
+    tokens: list[str] | None = json_loads(ep.tokens_json if packed is None else unpack_text(packed))
+    if tokens is None:  # a row without token strings has token ids (app/core/validate.py)
+        ids = decode(ep.token_ids, I32)
+        return [] if ids is None else id_tokens(ids)
     return tokens
 
 

@@ -14,6 +14,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
 
@@ -137,7 +139,9 @@ def make_engine(url: str) -> Engine:
         _WRITERS[engine] = _Writer(path)
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every SQLite test
+        def _sqlite_pragmas(
+            dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry
+        ) -> None:  # pragma: no cover - exercised by every SQLite test
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")

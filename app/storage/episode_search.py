@@ -16,7 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy.orm import Mapped
 from sqlmodel import Session, col
 
 from app.core.errors import ApiError
@@ -32,23 +33,23 @@ RESERVED = ("sort", "limit", "offset")
 
 @dataclass(frozen=True)
 class Field:
-    column: Any
+    column: Mapped[Any]
     kind: str  # int | float | bool | text | findings
     ops: tuple[str, ...]
 
 
 FIELDS: dict[str, Field] = {
-    "step": Field(EpisodeSearch.step, "int", NUMBER_OPS),
-    "group": Field(EpisodeSearch.group, "text", TEXT_OPS),
-    "reward": Field(EpisodeSearch.reward, "float", NUMBER_OPS),
-    "passed": Field(EpisodeSearch.passed, "bool", ("eq", "ne")),
-    "n_tokens": Field(EpisodeSearch.n_tokens, "int", NUMBER_OPS),
-    "n_tool_tokens": Field(EpisodeSearch.n_tool_tokens, "int", NUMBER_OPS),
-    "max_abs_adv": Field(EpisodeSearch.max_abs_adv, "float", NUMBER_OPS),
-    "nonpolicy_abs_adv_share": Field(EpisodeSearch.nonpolicy_abs_adv_share, "float", NUMBER_OPS),
-    "max_ratio": Field(EpisodeSearch.max_ratio, "float", NUMBER_OPS),
-    "mean_entropy": Field(EpisodeSearch.mean_entropy, "float", NUMBER_OPS),
-    "findings": Field(EpisodeSearch.n_findings, "findings", (*NUMBER_OPS, "contains")),
+    "step": Field(col(EpisodeSearch.step), "int", NUMBER_OPS),
+    "group": Field(col(EpisodeSearch.group), "text", TEXT_OPS),
+    "reward": Field(col(EpisodeSearch.reward), "float", NUMBER_OPS),
+    "passed": Field(col(EpisodeSearch.passed), "bool", ("eq", "ne")),
+    "n_tokens": Field(col(EpisodeSearch.n_tokens), "int", NUMBER_OPS),
+    "n_tool_tokens": Field(col(EpisodeSearch.n_tool_tokens), "int", NUMBER_OPS),
+    "max_abs_adv": Field(col(EpisodeSearch.max_abs_adv), "float", NUMBER_OPS),
+    "nonpolicy_abs_adv_share": Field(col(EpisodeSearch.nonpolicy_abs_adv_share), "float", NUMBER_OPS),
+    "max_ratio": Field(col(EpisodeSearch.max_ratio), "float", NUMBER_OPS),
+    "mean_entropy": Field(col(EpisodeSearch.mean_entropy), "float", NUMBER_OPS),
+    "findings": Field(col(EpisodeSearch.n_findings), "findings", (*NUMBER_OPS, "contains")),
 }
 
 
@@ -80,7 +81,7 @@ def _value(param: str, field: Field, op: str, raw: str) -> Any:
     return raw
 
 
-def _condition(param: str, raw: str):
+def _condition(param: str, raw: str) -> ColumnElement[bool]:
     name, _, op = param.partition("__")
     op = op or "eq"
     field = FIELDS.get(name)
@@ -94,20 +95,22 @@ def _condition(param: str, raw: str):
         raise _bad(param, f"parameter `{param}`: field `{name}` takes the operators {', '.join(field.ops)}.")
     value = _value(param, field, op, raw)
     column = (
-        col(EpisodeSearch.finding_codes)
-        if field.kind == "findings" and op == "contains"
-        else col(field.column)
+        col(EpisodeSearch.finding_codes) if field.kind == "findings" and op == "contains" else field.column
     )
     if op == "contains":
         return func.lower(column).like("%" + like_escape(value.lower()) + "%", escape=LIKE_ESCAPE)
+    # The comparisons are SQL expressions (sqlalchemy's operators), typed Any through Mapped.
+    cond: ColumnElement[bool]
     if op == "eq":
-        return column == value
-    if op == "ne":  # NULL (no such data) is not equal to a value either
-        return (column != value) | column.is_(None)
-    return column > value if op == "gt" else column < value
+        cond = column == value
+    elif op == "ne":  # NULL (no such data) is not equal to a value either
+        cond = (column != value) | column.is_(None)
+    else:
+        cond = column > value if op == "gt" else column < value
+    return cond
 
 
-def _order(sort: str | None):
+def _order(sort: str | None) -> list[ColumnElement[Any] | Mapped[Any]]:
     if not sort:
         return [col(EpisodeSearch.step), col(EpisodeSearch.position)]
     name = sort[1:] if sort.startswith("-") else sort
@@ -116,7 +119,7 @@ def _order(sort: str | None):
         raise _bad(
             "sort", f"parameter `sort` must be a field or -field of {', '.join(FIELDS)}; got {sort!r}."
         )
-    c = col(field.column)
+    c = field.column
     # Episodes without the value last, in both directions and on every database.
     return [c.is_(None), c.desc() if sort.startswith("-") else c.asc(), col(EpisodeSearch.episode_id)]
 
@@ -183,13 +186,13 @@ def search(session: Session, run_id: int, params: list[tuple[str, str]]) -> Sear
     page_ids = [
         i
         for (i,) in session.execute(
-            select(EpisodeSearch.episode_id).where(where).order_by(*order).offset(offset).limit(limit)
+            select(col(EpisodeSearch.episode_id)).where(where).order_by(*order).offset(offset).limit(limit)
         ).all()
     ]
     by_id = {
         r[0]: r[1:]
         for r in session.execute(
-            select(EpisodeSearch.episode_id, *(getattr(EpisodeSearch, c) for c in COLUMNS)).where(
+            select(col(EpisodeSearch.episode_id), *(col(getattr(EpisodeSearch, c)) for c in COLUMNS)).where(
                 col(EpisodeSearch.episode_id).in_(page_ids)
             )
         ).all()
@@ -199,7 +202,7 @@ def search(session: Session, run_id: int, params: list[tuple[str, str]]) -> Sear
     refs = {
         b: (slug if visibility == "unlisted" and slug else b)
         for b, visibility, slug in session.execute(
-            select(Batch.id, Batch.visibility, Batch.slug).where(col(Batch.id).in_(batch_ids))
+            select(col(Batch.id), col(Batch.visibility), col(Batch.slug)).where(col(Batch.id).in_(batch_ids))
         ).all()
     }
     for row in rows:

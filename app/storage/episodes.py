@@ -5,9 +5,10 @@ inputs an episode has for the schemes (presence flags, no arrays read)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, func, select
 
 from app.compute.inputs import inputs_of
@@ -39,7 +40,11 @@ def episodes_by_slug(session: Session, batch_id: int, slugs: list[str]) -> list[
     return [found[s] for s in slugs]
 
 
-def column(name: str):
+# A NamedTuple class named after Episode columns, and its rows.
+R = TypeVar("R")
+
+
+def column(name: str) -> Any:
     """The selectable of a summary field: an Episode column, or ``rewarded`` (a reward or per-token
     rewards were uploaded; app.core.domain.rewarded)."""
     if name == "rewarded":
@@ -47,12 +52,15 @@ def column(name: str):
     return getattr(Episode, name)
 
 
-def _rows(session: Session, batch_id: int, row: type, limit: int | None = None, offset: int = 0) -> list:
+def _rows(
+    session: Session, batch_id: int, row: Callable[..., R], limit: int | None = None, offset: int = 0
+) -> list[R]:
     """``row`` (a NamedTuple named after Episode columns) for the episodes of a batch, in upload
     order (all, or ``limit`` from ``offset``), selecting only those columns."""
+    names: tuple[str, ...] = row._fields  # type: ignore[attr-defined]  # a NamedTuple class has them
     stmt = (
-        select(*(column(name) for name in row._fields))
-        .where(Episode.batch_id == batch_id)
+        sa_select(*(column(name) for name in names))
+        .where(col(Episode.batch_id) == batch_id)
         .order_by(col(Episode.position))
     )
     if limit is not None:
@@ -96,8 +104,8 @@ def max_credit(
 def group_summaries(session: Session, batch_id: int, group: str) -> list[EpisodeSummary]:
     """The episodes of one group of a batch without their arrays, in upload order."""
     stmt = (
-        select(*(column(name) for name in EpisodeSummary._fields))
-        .where(Episode.batch_id == batch_id, Episode.group == group)
+        sa_select(*(column(name) for name in EpisodeSummary._fields))
+        .where(col(Episode.batch_id) == batch_id, col(Episode.group) == group)
         .order_by(col(Episode.position))
     )
     return [EpisodeSummary(*r) for r in session.execute(stmt).all()]
@@ -133,15 +141,15 @@ def batch_cells(session: Session, batch_id: int) -> int:
 def episode_inputs_by_slug(session: Session, slug: str) -> Callable[[str], frozenset[str]] | None:
     """critic -> the inputs episode ``slug`` has for the schemes (app/compute/inputs.py), from
     presence flags of its columns (no array is read); None when there is no such episode."""
-    row = session.exec(
-        select(
+    row = session.execute(
+        sa_select(
             col(Episode.values).is_not(None),
             col(Episode.logprobs).is_not(None),
             col(Episode.advantages).is_not(None),
-            Episode.truncated,
+            col(Episode.truncated),
             col(Episode.bootstrap_value).is_not(None),
-            Episode.meta_json,
-        ).where(Episode.slug == slug)
+            col(Episode.meta_json),
+        ).where(col(Episode.slug) == slug)
     ).first()
     if row is None:
         return None

@@ -52,7 +52,7 @@ MAX_ATTEMPTS = 2
 _PROGRESS_EVERY_S = 0.25
 _EXPIRE_EVERY_S = 60.0
 
-_T = Job.__table__
+_T = Job.metadata.tables["job"]
 
 
 def _now() -> datetime:
@@ -198,13 +198,14 @@ def release(engine: Engine, worker: str) -> int:
 
 def lost_worker_error(timeout_s: float) -> dict[str, Any]:
     """The error of a job whose worker stopped twice without finishing it."""
-    return error_body(
+    body: dict[str, Any] = error_body(
         500,
         "job_lost",
         f"the worker process running this job stopped twice without finishing it (no heartbeat "
         f"for {timeout_s:g} s, after {MAX_ATTEMPTS} attempts). The job is not retried again: "
         "submit it anew, smaller if it may have run the server out of memory.",
     )["error"]
+    return body
 
 
 def reap(engine: Engine, timeout_s: float) -> tuple[int, int]:

@@ -31,17 +31,17 @@ def _step(r: Any) -> dict[str, Any]:
 def _steps(session: Session, run_id: int, keys: list[str]) -> dict[str, list[dict[str, Any]]]:
     stmt = (
         select(
-            PromptStepRow.key,
-            PromptStepRow.step,
-            PromptStepRow.n,
-            PromptStepRow.n_passed,
-            PromptStepRow.sum_abs_adv,
-            PromptStepRow.n_adv_tokens,
-            PromptStepRow.batch_id,
-            PromptStepRow.group,
-            PromptStepRow.n_kept,
-            Batch.visibility,
-            Batch.slug,
+            col(PromptStepRow.key),
+            col(PromptStepRow.step),
+            col(PromptStepRow.n),
+            col(PromptStepRow.n_passed),
+            col(PromptStepRow.sum_abs_adv),
+            col(PromptStepRow.n_adv_tokens),
+            col(PromptStepRow.batch_id),
+            col(PromptStepRow.group),
+            col(PromptStepRow.n_kept),
+            col(Batch.visibility),
+            col(Batch.slug),
         )
         .join(Batch, col(Batch.id) == col(PromptStepRow.batch_id))
         .where(col(PromptStepRow.run_id) == run_id, col(PromptStepRow.key).in_(keys))
@@ -61,21 +61,20 @@ def list_prompts(session: Session, run_id: int, limit: int, offset: int) -> tupl
     ).scalar_one()
     n_steps = func.count().label("n_steps")
     page = session.execute(
-        select(PromptStepRow.key, n_steps, func.min(PromptStepRow.step).label("first"))
+        select(col(PromptStepRow.key), n_steps, func.min(PromptStepRow.step).label("first"))
         .where(col(PromptStepRow.run_id) == run_id)
-        .group_by(PromptStepRow.key)
+        .group_by(col(PromptStepRow.key))
         .order_by(n_steps.desc(), func.min(PromptStepRow.step), col(PromptStepRow.key))
         .offset(offset)
         .limit(limit)
     ).all()
     keys = [r.key for r in page]
-    texts = dict(
-        session.execute(
-            select(RunPrompt.key, RunPrompt.prompt).where(
-                col(RunPrompt.run_id) == run_id, col(RunPrompt.key).in_(keys)
-            )
-        ).all()
+    found = session.execute(
+        select(col(RunPrompt.key), col(RunPrompt.prompt)).where(
+            col(RunPrompt.run_id) == run_id, col(RunPrompt.key).in_(keys)
+        )
     )
+    texts: dict[str, str] = {key: prompt for key, prompt in found.all()}
     steps = _steps(session, run_id, keys)
     return [{"key": k, "prompt": texts.get(k, ""), "steps": steps[k]} for k in keys], int(total)
 

@@ -8,9 +8,10 @@ Reading a run never touches episodes: one query returns every step's batch id an
 from __future__ import annotations
 
 import secrets
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import Select, delete, func, update
+from sqlalchemy import select as sa_select
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
@@ -18,7 +19,7 @@ from app.core.arrays import json_dumps, json_loads
 from app.core.errors import not_found
 from app.core.validate import text_column
 from app.storage.db import writing
-from app.storage.models import Batch, BatchStats, Episode, Run
+from app.storage.models import Batch, BatchStats, Episode, Run, saved_id
 from app.storage.prompt_models import PromptStepRow
 from app.storage.store import (
     PUBLIC,
@@ -82,7 +83,7 @@ def get_run(session: Session, run_id: int) -> Run | None:
 
 def run_ref(run: Run) -> int | str:
     """What a run's URLs carry: its slug when unlisted (its id answers 404), else its id."""
-    return run.slug if run.visibility == UNLISTED and run.slug else run.id
+    return run.slug if run.visibility == UNLISTED and run.slug else saved_id(run)
 
 
 def run_by_ref(session: Session, ref: int | str) -> Run | None:
@@ -106,11 +107,15 @@ def run_or_404(session: Session, run_id: int) -> Run:
     return run
 
 
-def _listed(stmt, name: str | None):
+# A select over runs (the page of runs, or their count).
+RunSelect = TypeVar("RunSelect", bound=Select[Any])
+
+
+def _listed(stmt: RunSelect, name: str | None) -> RunSelect:
     """``stmt`` narrowed to the runs a list shows: public ones (unlisted runs are never listed),
     with exactly ``name`` when given."""
-    stmt = stmt.where(Run.visibility == PUBLIC)
-    return stmt if name is None else stmt.where(Run.name == name)
+    stmt = stmt.where(col(Run.visibility) == PUBLIC)
+    return stmt if name is None else stmt.where(col(Run.name) == name)
 
 
 def list_runs(
@@ -118,13 +123,14 @@ def list_runs(
 ) -> list[tuple[Run, int, int | None]]:
     """(run, number of steps, last step or None), newest first; ``name``: only runs with exactly
     that name. One query; the step counts are aggregated only for the page's runs."""
-    page = _listed(select(Run), name)
-    page = page.order_by(col(Run.created_at).desc(), col(Run.id).desc()).offset(offset).limit(limit)
-    page = page.subquery()
+    listed = _listed(select(Run), name)
+    page = (
+        listed.order_by(col(Run.created_at).desc(), col(Run.id).desc()).offset(offset).limit(limit).subquery()
+    )
     steps = (
-        select(Batch.run_id, func.count().label("n"), func.max(Batch.step).label("last"))
+        select(col(Batch.run_id), func.count().label("n"), func.max(Batch.step).label("last"))
         .where(col(Batch.run_id).in_(select(page.c.id)))
-        .group_by(Batch.run_id)
+        .group_by(col(Batch.run_id))
         .subquery()
     )
     run = aliased(Run, page)
@@ -144,17 +150,17 @@ def count_runs(session: Session, *, name: str | None = None) -> int:
 def run_steps(session: Session, run_id: int) -> list[StepRow]:
     """Every step of a run in step order: one query over the batch table (no episodes)."""
     stmt = (
-        select(
-            Batch.step,
-            Batch.id,
-            Batch.n_episodes,
-            Batch.metrics_json,
-            Batch.visibility,
-            Batch.slug,
-            Batch.n_episodes_seen,
-            Batch.stored_bytes,
+        sa_select(
+            col(Batch.step),
+            col(Batch.id),
+            col(Batch.n_episodes),
+            col(Batch.metrics_json),
+            col(Batch.visibility),
+            col(Batch.slug),
+            col(Batch.n_episodes_seen),
+            col(Batch.stored_bytes),
         )
-        .where(Batch.run_id == run_id)
+        .where(col(Batch.run_id) == run_id)
         .order_by(col(Batch.step))
     )
     return [StepRow(*r) for r in session.execute(stmt).all()]
@@ -165,9 +171,9 @@ def stored_bytes(session: Session, run_ids: list[int]) -> dict[int, int]:
     if not run_ids:
         return {}
     stmt = (
-        select(Batch.run_id, func.coalesce(func.sum(Batch.stored_bytes), 0))
+        select(col(Batch.run_id), func.coalesce(func.sum(Batch.stored_bytes), 0))
         .where(col(Batch.run_id).in_(run_ids))
-        .group_by(Batch.run_id)
+        .group_by(col(Batch.run_id))
     )
     return {int(r): int(b) for r, b in session.execute(stmt).all()}
 
@@ -233,8 +239,8 @@ def delete_run(session: Session, run_id: int, token: str | None) -> None:
             session.execute(delete(Episode).where(col(Episode.batch_id).in_(batch_ids)))
             # The batches' stored diagnostics (their audits go by ON DELETE CASCADE).
             session.execute(delete(BatchStats).where(col(BatchStats.batch_id).in_(batch_ids)))
-            session.execute(delete(Batch).where(Batch.run_id == run_id))
-            session.execute(delete(Run).where(Run.id == run_id))
+            session.execute(delete(Batch).where(col(Batch.run_id) == run_id))
+            session.execute(delete(Run).where(col(Run.id) == run_id))
             session.commit()
         except Exception:
             session.rollback()
