@@ -8,6 +8,9 @@ export function attemptsTable(g, baselines) {
   let scale = 0;
   for (const e of eps) for (const b of baselines) scale = Math.max(scale, Math.abs(e.advantages?.[b] ?? 0));
   const t = el("table", { class: "data attempts", id: "attempts" });
+  // The colour key: the cells use the strips' colours (the sign of the advantage).
+  const key = el("span", { class: "legend-bar legend-bar-small", "aria-hidden": "true" });
+  t.append(el("caption", { class: "colour-key" }, `Outcome advantage: red negative, white 0, blue positive (−${fmt(scale)} `, key, ` +${fmt(scale)}, one scale for the table)`));
   t.append(
     el(
       "thead",

@@ -5,7 +5,7 @@ import { csvCell, download, el, fetchJSON, fmt, markOpen, readInitial, urls } fr
 
 const init = readInitial();
 const pct = (x) => (x === null || x === undefined ? "—" : `${(100 * x).toFixed(0)}%`);
-const POS = "rgb(33,102,172)";
+const NEUTRAL = "#5a5a5a"; // not a sign: blue and red mean the sign of an advantage
 
 function card(big, what) {
   return el("div", { class: "card" }, el("div", { class: "big" }, big), el("div", { class: "what" }, what));
@@ -16,7 +16,6 @@ function render(b) {
   const eps = b.episodes || [];
   const groups = diag.groups || [];
   $("b-name").textContent = b.name || `Batch ${b.id}`;
-  document.title = `${b.name || "Batch " + b.id} · creditlens`;
   const stored = b.total ?? b.n_episodes ?? eps.length;
   // A run step with `keep`: its metrics and diagnostics count every episode, only some are stored.
   const count = b.n_episodes_seen > stored ? `${stored} of ${b.n_episodes_seen} episodes kept` : `${stored} episodes`;
@@ -50,7 +49,7 @@ function render(b) {
     $("fig-effect-box").hidden = false;
     const keys = Object.keys(cbe);
     const vals = keys.map((k) => (typeof cbe[k] === "number" ? cbe[k] : (cbe[k].share ?? cbe[k].positive ?? null)));
-    plot("fig-effect", [{ type: "bar", x: keys, y: vals, marker: { color: POS } }], { height: 320, yaxis: { title: { text: "share of positive credit" } } }, `batch-${b.id}-credit-by-effect`);
+    plot("fig-effect", [{ type: "bar", x: keys, y: vals, marker: { color: NEUTRAL } }], { height: 320, xaxis: { title: { text: "what the call did" } }, yaxis: { title: { text: "share of positive credit" } } }, `batch-${b.id}-credit-by-effect`);
   }
 
   const gt = el("table", { class: "data" });
@@ -308,6 +307,7 @@ function loadLoss(b) {
   if (b.audit && b.audit.code === "no_advantages") {
     // The batch API already says the trainer's advantages are missing: the loss view would 409.
     $("loss-removed").textContent = `Nothing to weigh: ${b.audit.reason}`;
+    $("fig-loss").closest("figure").hidden = true; // no empty frame
     $("loss-box").dataset.ready = "1";
     return Promise.resolve();
   }
@@ -319,7 +319,7 @@ function loadLoss(b) {
       const eps = v.episodes.filter((e) => e.weight_per_abs_advantage !== null);
       plot(
         "fig-loss",
-        [{ type: "scatter", mode: "markers", x: eps.map((e) => e.length), y: eps.map((e) => e.weight_per_abs_advantage), customdata: eps.map((e) => e.slug), marker: { color: POS }, hovertemplate: "%{customdata}<br>length %{x}<br>weight per |A| %{y:.3g}<extra></extra>" }],
+        [{ type: "scatter", mode: "markers", x: eps.map((e) => e.length), y: eps.map((e) => e.weight_per_abs_advantage), customdata: eps.map((e) => e.slug), marker: { color: NEUTRAL }, hovertemplate: "%{customdata}<br>length %{x}<br>weight per |A| %{y:.3g}<extra></extra>" }],
         { height: 320, xaxis: { title: { text: "response length (policy tokens)" } }, yaxis: { title: { text: "Σ|w| / Σ|A|" }, rangemode: "tozero", exponentformat: "e" } },
         `batch-${b.id}-loss`,
       );

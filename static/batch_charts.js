@@ -1,9 +1,13 @@
 // The batch figures (a library: batch.js and talk.js draw them; importing runs no page code):
 // the reward histogram, batch whitening vs group centering, the pass rate per group.
-import { $, plot } from "./page.js";
+import { $, SCHEME_COLORS, clip, plot } from "./page.js";
 
-const POS = "rgb(33,102,172)";
-const NEG = "rgb(178,24,43)";
+// Blue and red mean the sign of an advantage on every page: these figures' series are not signs.
+const COUNT = "#5a5a5a"; // counts and shares
+const [WHITEN, CENTER] = SCHEME_COLORS;
+const ZERO_VARIANCE = "#9a9a9a";
+// A zero-variance group's bar is drawn at least this tall (an all-fail group's pass rate is 0).
+const MIN_BAR = 0.04;
 
 /** Normalise the API's whiten_vs_center into [{slug, group, reward, whiten, center}] if we can. */
 function wvcRows(diag, eps) {
@@ -25,10 +29,10 @@ function histogram(diag) {
     if (Array.isArray(edges) && Array.isArray(counts) && edges.length === counts.length + 1) {
       const x = counts.map((_, i) => (edges[i] + edges[i + 1]) / 2);
       const width = counts.map((_, i) => edges[i + 1] - edges[i]);
-      return [{ type: "bar", x, y: counts, width, marker: { color: POS }, name: "episodes" }];
+      return [{ type: "bar", x, y: counts, width, marker: { color: COUNT }, name: "episodes" }];
     }
     if (Array.isArray(h.values) && Array.isArray(counts)) {
-      return [{ type: "bar", x: h.values, y: counts, marker: { color: POS }, name: "episodes" }];
+      return [{ type: "bar", x: h.values, y: counts, marker: { color: COUNT }, name: "episodes" }];
     }
   }
   return [];
@@ -55,8 +59,10 @@ export function sparseTicks(keys, width, minGap) {
   return out;
 }
 
-// A tick label's width at 13 px, rotated by 30° (upper bound: 7.5 px per character).
-const tickGap = (texts) => 0.87 * 7.5 * Math.max(1, ...texts.map((t) => t.length)) + 0.5 * 16 + 8;
+// Group names stand upright under the axis: a label then takes one line's height (13 px text,
+// 18 px with a gap) of the axis, whatever its length, so 20 groups fit in 360 px.
+const TICK_GAP = 18;
+const TICK_CHARS = 18; // longer names are cut on the axis (the hover has the whole name)
 
 export function figWhiten(node, b, height = 320) {
   const wvc = wvcRows(b.diagnostics, b.episodes || []).slice().sort((p, q) => String(p.group).localeCompare(String(q.group)) || p.reward - q.reward);
@@ -65,12 +71,12 @@ export function figWhiten(node, b, height = 320) {
   // The plot area: the box less the margins (56 + 16 px).
   const width = Math.max(200, (target.clientWidth || 640) - 72);
   const groups = wvc.map((r) => String(r.group));
-  const ticks = sparseTicks(groups, width, tickGap(groups));
+  const ticks = sparseTicks(groups, width, TICK_GAP);
   plot(
     node,
     [
-      { type: "bar", name: "batch whitening", x: labels, y: wvc.map((r) => r.whiten), marker: { color: NEG }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>batch whiten %{y:.3f}<extra>%{customdata}</extra>" },
-      { type: "bar", name: "group centering", x: labels, y: wvc.map((r) => r.center), marker: { color: POS }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>group center %{y:.3f}<extra>%{customdata}</extra>" },
+      { type: "bar", name: "batch whitening", x: labels, y: wvc.map((r) => r.whiten), marker: { color: WHITEN }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>batch whiten %{y:.3f}<extra>%{customdata}</extra>" },
+      { type: "bar", name: "group centering", x: labels, y: wvc.map((r) => r.center), marker: { color: CENTER }, customdata: wvc.map((r) => r.slug), hovertemplate: "%{x}<br>group center %{y:.3f}<extra>%{customdata}</extra>" },
     ],
     {
       height,
@@ -80,10 +86,11 @@ export function figWhiten(node, b, height = 320) {
         type: "category",
         tickmode: "array",
         tickvals: ticks.map((i) => labels[i]),
-        ticktext: ticks.map((i) => groups[i]),
-        tickangle: -30,
+        ticktext: ticks.map((i) => clip(groups[i], TICK_CHARS)),
+        tickangle: -90,
         automargin: true,
-      }, yaxis: { title: { text: "advantage" } }, legend: { orientation: "h", y: 1.12 } },
+        title: { text: "group (episodes in it side by side)" },
+      }, yaxis: { title: { text: "outcome advantage" } }, legend: { orientation: "h", y: 1.12 } },
     `batch-${b.id}-whiten-vs-center`,
   );
 }
@@ -94,26 +101,34 @@ export function groupLabel(g, i) {
 }
 
 export function figGroups(node, b, height = 320) {
+  // One bar per group, sideways, so every group's name is on its axis however many there are;
+  // a zero-variance group's bar is grey, hatched and never thinner than MIN_BAR.
   const groups = (b.diagnostics && b.diagnostics.groups) || [];
-  const x = groups.map((g, i) => String(groupLabel(g, i)));
-  const target = typeof node === "string" ? $(node) : node;
-  const ticks = sparseTicks(x, Math.max(200, (target.clientWidth || 640) - 72), tickGap(x));
+  const y = groups.map((g, i) => String(groupLabel(g, i)));
+  const trace = (zv) => {
+    const pick = groups.map((g) => Boolean(g.zero_variance) === zv);
+    return {
+      type: "bar",
+      orientation: "h",
+      name: zv ? "zero variance: no gradient" : "mixed outcomes",
+      y: y.filter((_, i) => pick[i]),
+      x: groups.filter((_, i) => pick[i]).map((g) => (zv ? Math.max(MIN_BAR, g.pass_rate) : g.pass_rate)),
+      customdata: groups.filter((_, i) => pick[i]).map((g) => g.pass_rate),
+      marker: zv ? { color: ZERO_VARIANCE, pattern: { shape: "/", fgcolor: "#333" }, line: { color: "#333", width: 1 } } : { color: CENTER },
+      hovertemplate: `group %{y}<br>pass rate %{customdata:.2f}${zv ? " (zero variance)" : ""}<extra></extra>`,
+    };
+  };
+  const rows = Math.max(1, y.length);
   plot(
     node,
-    [
-      {
-        type: "bar",
-        x,
-        y: groups.map((g) => g.pass_rate),
-        marker: { color: groups.map((g) => (g.zero_variance ? "#999" : POS)), pattern: { shape: groups.map((g) => (g.zero_variance ? "/" : "")) } },
-        hovertemplate: "group %{x}<br>pass rate %{y:.2f}<extra></extra>",
-      },
-    ],
+    [trace(false), trace(true)],
     {
-      height,
-      yaxis: { title: { text: "pass rate" }, range: [0, 1.05] },
-      // Every group's label while they fit, fewer (evenly spaced) beyond: the hover names each bar.
-      xaxis: { type: "category", tickmode: "array", tickvals: ticks.map((i) => x[i]), ticktext: ticks.map((i) => x[i]), tickangle: -30, automargin: true },
+      height: Math.max(height, 60 + 18 * rows),
+      barmode: "overlay",
+      xaxis: { title: { text: "pass rate" }, range: [0, 1.05] },
+      yaxis: { type: "category", categoryarray: y.slice().reverse(), categoryorder: "array", automargin: true, title: { text: "group" }, dtick: 1 },
+      legend: { orientation: "h", y: 1.02, yanchor: "bottom" },
+      margin: { l: 60, r: 20, t: 30, b: 50 },
     },
     `batch-${b.id}-groups`,
   );

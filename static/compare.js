@@ -1,7 +1,7 @@
 // Runs side by side (GET /api/runs/compare?runs=a,b): one figure per metric, one colour per run,
 // and a link back to each run. The runs are the page's `runs=` parameter (the URL is the state).
 import { $ } from "./page.js";
-import { el, fetchJSON, plotlyConfig, readInitial } from "./util.js";
+import { el, fetchJSON, markOpen, plotlyConfig, readInitial } from "./util.js";
 
 const init = readInitial();
 const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
@@ -66,6 +66,7 @@ async function main() {
     $("c-runs").textContent = "";
   }
   $("c-figs").dataset.ready = "1";
+  markOpen();
 }
 
 main();

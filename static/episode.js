@@ -211,7 +211,6 @@ function render() {
   const meta = ep.meta || {};
   const task = ep.task || meta.task;
   $("ep-task").textContent = task ? `${task}` : "Episode";
-  document.title = `${task || "Episode"} ${slug} · creditlens`;
   const nPolicy = d.kinds.filter((k) => k === "policy").length;
   const nTool = d.kinds.filter((k) => k === "tool").length;
   const parts = [

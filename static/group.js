@@ -10,10 +10,9 @@ const BASELINES = init.schemes.group_baselines;
 function render(g) {
   const eps = g.episodes || [];
   $("g-name").textContent = String(g.group);
-  document.title = `Group ${g.group} · creditlens`;
   const meta = $("g-meta");
   const passes = eps.filter((e) => e.passed).length;
-  meta.replaceChildren(el("a", { href: urls.batch(init.batch_id) }, `batch ${init.batch_id}`), ` · ${eps.length} attempts · ${passes} passed`);
+  meta.replaceChildren(el("a", { href: urls.batch(init.batch_id) }, init.batch_name || `batch ${init.batch_id}`), ` · ${eps.length} attempts · ${passes} passed`);
   $("zv-banner").replaceChildren(
     ...(g.zero_variance ? [el("div", { class: "banner", id: "zv-why" }, g.why || "Zero-variance group: every advantage is exactly 0, this group contributes no gradient.")] : []),
   );

@@ -58,7 +58,8 @@ function errorBars(ses) {
 
 // ---- figure 1 ---------------------------------------------------------------------------------------
 function drawLambda(r) {
-  const lamLabels = r.params.lams.map((l) => String(l));
+  // λ on a number line (0.5 sits halfway between 0 and 1), ticks at the λs computed.
+  const lamLabels = r.params.lams.map(Number);
   const bias = [];
   const variance = [];
   for (const s of r.series) {
@@ -78,8 +79,8 @@ function drawLambda(r) {
   // Lay out every box before drawing, so each plot measures its final width.
   const fb = figure("fig-bias", "Relative bias ‖mean ĝ − g*‖ / ‖g*‖");
   const fv = figure("fig-var", "Per-episode variance E‖ĝᵢ − mean ĝ‖²");
-  plot(fb, bias, { xaxis: { title: "λ", type: "category" }, yaxis: { title: "relative bias", rangemode: "tozero" } }, "lambda-bias");
-  plot(fv, variance, { xaxis: { title: "λ", type: "category" }, yaxis: { title: "variance", rangemode: "tozero" } }, "lambda-variance");
+  plot(fb, bias, { xaxis: { title: { text: "λ" }, type: "linear", tickvals: lamLabels }, yaxis: { title: { text: "relative bias" }, rangemode: "tozero" } }, "lambda-bias");
+  plot(fv, variance, { xaxis: { title: { text: "λ" }, type: "linear", tickvals: lamLabels }, yaxis: { title: { text: "variance" }, rangemode: "tozero" } }, "lambda-variance");
   const e = r.env;
   card("J (exact)", fmt(e.J, 4), `sampled mean return ${fmt(e.sampled_mean_return, 4)}`);
   card("E[episode length]", fmt(e.expected_length, 3), `sampled ${fmt(e.sampled_mean_length, 3)}`);
@@ -109,19 +110,19 @@ function drawDifficulty(r) {
       { x: p, y: r.curve.map((c) => c.expected_abs_plain), name: "mean-centred (Dr. GRPO)", mode: "lines" },
       { x: p, y: r.curve.map((c) => c.expected_abs_normalised), name: `÷ ${r.params.std} std (GRPO)`, mode: "lines" },
     ],
-    { xaxis: { title: "pass rate p" }, yaxis: { title: "E[Σ|A|]" } },
+    { xaxis: { title: { text: "pass rate p" } }, yaxis: { title: { text: "E[Σ|A|]" } } },
     "difficulty-abs",
   );
   plot(
     fr,
     [{ x: p, y: r.curve.map((c) => c.ratio), name: "normalised / plain", mode: "lines" }],
-    { xaxis: { title: "pass rate p" }, yaxis: { title: "ratio" } },
+    { xaxis: { title: { text: "pass rate p" } }, yaxis: { title: { text: "ratio" } } },
     "difficulty-ratio",
   );
   plot(
     fz,
     r.zero_variance_curves.map((c) => ({ x: r.p_grid, y: c.zero_variance, name: `G = ${c.G}`, mode: "lines" })),
-    { xaxis: { title: "pass rate p" }, yaxis: { title: "P(zero variance)", range: [0, 1] } },
+    { xaxis: { title: { text: "pass rate p" } }, yaxis: { title: { text: "P(zero variance)" }, range: [0, 1] } },
     "difficulty-zero-variance",
   );
   for (const c of r.checkpoints) card(`ratio at p = ${c.p}`, fmt(c.ratio, 2));
@@ -150,7 +151,7 @@ function drawHorizon(r) {
   plot(
     ft,
     r.token_curves.map((c, i) => ({ x: r.token_distances, y: c.weights, name: `λ = ${c.lam}`, mode: "lines", line: { color: PALETTE[i % PALETTE.length] } })),
-    { xaxis: { title: "L (policy tokens)", type: "log" }, yaxis: { title: "weight", range: [0, 1.02] } },
+    { xaxis: { title: { text: "L (policy tokens)" }, type: "log" }, yaxis: { title: { text: "weight" }, range: [0, 1.02] } },
     "horizon-token",
   );
   const traces = [];
@@ -162,7 +163,7 @@ function drawHorizon(r) {
   plot(
     fu,
     traces,
-    { xaxis: { title: "outcome distance (turns)" }, yaxis: { title: "weight", range: [0, 1.02] } },
+    { xaxis: { title: { text: "outcome distance (turns)" } }, yaxis: { title: { text: "weight" }, range: [0, 1.02] } },
     "horizon-turn",
   );
   table(
@@ -189,7 +190,7 @@ function drawRecovery(r) {
       { type: "bar", x: names, y: rows.map((x) => x.credit_bad), name: "credit(BAD)", error_y: errorBars(rows.map((x) => se(x, "credit_bad"))) },
       { type: "bar", x: names, y: rows.map((x) => x.credit_recover), name: "credit(RECOVER)", error_y: errorBars(rows.map((x) => se(x, "credit_recover"))) },
     ],
-    { barmode: "group", xaxis: { tickangle: -35, automargin: true }, yaxis: { title: "mean credit" } },
+    { barmode: "group", xaxis: { tickangle: -35, automargin: true }, yaxis: { title: { text: "mean credit" } } },
     "recovery-credit",
   );
   card("exact A(BAD), A(RECOVER)", `${fmt(r.exact.A_bad, 2)} / ${fmt(r.exact.A_recover, 2)}`);
@@ -262,9 +263,9 @@ function drawDelayedHorizon(r) {
     }));
   const fl = figure("fig-leakage", `Credit leakage onto the distractors (mean ± 1 SE over ${p.seeds} seeds)`);
   const fg = figure("fig-cosine", `Gradient cosine with the exact gradient (${r.gradient_params} parameters, mean ± 1 SE)`);
-  const xaxis = { title: "horizon H", type: "log", tickvals: p.horizons, ticktext: p.horizons.map(String) };
-  plot(fl, traces("leakage_ratio"), { xaxis, yaxis: { title: "leakage ratio", rangemode: "tozero" } }, "delayed-leakage");
-  plot(fg, traces("gradient_cosine"), { xaxis, yaxis: { title: "cosine(ĝ, g*)" } }, "delayed-cosine");
+  const xaxis = { title: { text: "horizon H" }, type: "log", tickvals: p.horizons, ticktext: p.horizons.map(String) };
+  plot(fl, traces("leakage_ratio"), { xaxis, yaxis: { title: { text: "leakage ratio" }, rangemode: "tozero" } }, "delayed-leakage");
+  plot(fg, traces("gradient_cosine"), { xaxis, yaxis: { title: { text: "cosine(ĝ, g*)" } } }, "delayed-cosine");
   card("seeds × batch", `${p.seeds} × ${p.batch}`, `seeds ${p.seed}–${p.seed + p.seeds - 1}`);
   card("gradient parameters", r.gradient_params, r.gradient_params === "per_timestep" ? "one softmax table per step (AgentCreditBench)" : "one table shared by every step");
   card("critic", p.critic);
@@ -303,7 +304,7 @@ function drawVariableHorizon(r) {
         showlegend: t === turns[0],
       };
     });
-    plot(id, traces, { xaxis: { title: "stop probability p", range: [-0.02, 1.02] }, yaxis: { title: "bias (credit − A)" } }, `variable-horizon-bias-t${t}`);
+    plot(id, traces, { xaxis: { title: { text: "stop probability p" }, range: [-0.02, 1.02] }, yaxis: { title: { text: "bias (credit − A)" } } }, `variable-horizon-bias-t${t}`);
   }
   card("seeds × batch", `${p.seeds} × ${p.batch}`, `seeds ${p.seed}–${p.seed + p.seeds - 1}`);
   card("horizon", String(r.horizon), `stop rewards ${p.stop_rewards.join(", ")}; continue ${p.continue_reward}`);

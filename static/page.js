@@ -15,23 +15,25 @@ export function clip(s, n) {
   return s.length > n ? s.slice(0, n - 1) + "…" : s;
 }
 
-/** A CSS custom property of the page (app.css), e.g. css("--ink"): follows prefers-color-scheme. */
-export function css(name, fallback = "") {
-  const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+/** A CSS custom property (app.css) as it applies at `node` (default: the page), e.g. css("--ink"):
+ * follows prefers-color-scheme and a box that sets its own (talk mode's white panel). */
+export function css(name, fallback = "", node = document.documentElement) {
+  const v = getComputedStyle(node).getPropertyValue(name).trim();
   return v || fallback;
 }
 
-/** The layout every Plotly figure starts from: the page's font and colours (dark mode too). */
-export function baseLayout() {
-  const ink = css("--ink", "#111");
-  const grid = css("--grid", "#e5e5e5");
-  const axis = { gridcolor: grid, zerolinecolor: css("--line", "#c9c9c9"), linecolor: grid };
+/** The layout every Plotly figure starts from: the font and colours where it is drawn (dark mode too). */
+export function baseLayout(node = document.documentElement) {
+  const c = (name, fallback) => css(name, fallback, node);
+  const ink = c("--ink", "#111");
+  const grid = c("--grid", "#e5e5e5");
+  const axis = { gridcolor: grid, zerolinecolor: c("--line", "#c9c9c9"), linecolor: grid };
   return {
     font: { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: ink },
     margin: { l: 60, r: 20, t: 10, b: 50 },
     legend: { orientation: "h", y: -0.25 },
-    paper_bgcolor: css("--bg", "#fff"),
-    plot_bgcolor: css("--bg", "#fff"),
+    paper_bgcolor: c("--bg", "#fff"),
+    plot_bgcolor: c("--bg", "#fff"),
     hovermode: "closest",
     xaxis: axis,
     yaxis: axis,
@@ -46,7 +48,7 @@ export function plot(target, traces, layout, name) {
     node.textContent = `Plotly is not available (${urls.plotlyBasic}).`;
     return null;
   }
-  const base = baseLayout();
+  const base = baseLayout(node);
   const merged = { ...base, ...layout };
   for (const ax of ["xaxis", "yaxis"]) merged[ax] = { ...base[ax], ...(layout[ax] || {}) };
   return window.Plotly.newPlot(node, traces, merged, plotlyConfig(name));

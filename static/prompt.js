@@ -1,13 +1,12 @@
 // One prompt of a run over the steps (GET /api/runs/{id}/prompts/{key}): its pass rate and mean
 // |A| per step, every episode of the step counted; a point or a row links to the prompt's group
 // at that step when its episodes were kept.
-import { $ } from "./page.js";
-import { el, fetchJSON, fmt, plotlyConfig, readInitial } from "./util.js";
+import { $, SCHEME_COLORS, plot } from "./page.js";
+import { el, fetchJSON, fmt, readInitial } from "./util.js";
 
 const init = readInitial();
-const FONT = { family: "system-ui, DejaVu Sans, sans-serif", size: 13, color: "#111" };
 
-function figure(plot, steps, name, y, percent) {
+function figure(box, steps, name, y, percent) {
   const pts = steps.filter((s) => s[name] !== null && s[name] !== undefined);
   const trace = {
     type: "scatter",
@@ -15,26 +14,19 @@ function figure(plot, steps, name, y, percent) {
     x: pts.map((s) => s.step),
     y: pts.map((s) => s[name]),
     customdata: pts.map((s) => s.group_url || s.batch_url),
-    line: { color: "rgb(33,102,172)", width: 1.5 },
+    line: { color: SCHEME_COLORS[1], width: 1.5 }, // not blue: blue means a positive advantage
     marker: { size: 7 },
     hovertemplate: `step %{x}<br>${y}: %{y:.4g}<extra></extra>`,
   };
   const layout = {
-    font: FONT,
     margin: { l: 56, r: 16, t: 10, b: 40 },
     height: 280,
-    paper_bgcolor: "#fff",
-    plot_bgcolor: "#fff",
     xaxis: { title: { text: "step", standoff: 4 }, zeroline: false },
-    yaxis: percent ? { tickformat: ".0%", range: [0, 1.05] } : { rangemode: "tozero", exponentformat: "e" },
+    yaxis: percent ? { tickformat: ".0%", range: [0, 1.05], title: { text: y } } : { rangemode: "tozero", exponentformat: "e", title: { text: y } },
     showlegend: false,
   };
-  if (!window.Plotly) {
-    plot.textContent = "Plotly is not available.";
-    return;
-  }
-  window.Plotly.newPlot(plot, [trace], layout, plotlyConfig(`prompt-${init.key}-${name}`));
-  plot.on("plotly_click", (ev) => {
+  if (plot(box, [trace], layout, `prompt-${init.key}-${name}`) === null) return;
+  box.on("plotly_click", (ev) => {
     const p = ev && ev.points && ev.points[0];
     if (p && p.customdata) window.location.assign(p.customdata);
   });

@@ -8,10 +8,20 @@ from pathlib import Path
 
 import fastapi_offline
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 ASSETS = Path(fastapi_offline.__file__).resolve().parent / "static"
+# ReDoc's sidebar shows Redocly's logo from their CDN (which the CSP refuses): served with a local
+# image instead, so /redoc makes no outside request.
+REDOC_CDN_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+LOCAL_LOGO = "/vendor/docs/favicon.png"
+
+
+def redoc_script() -> bytes:
+    """ReDoc's standalone bundle with its one outside URL (the CDN logo) pointed at a local file."""
+    return (ASSETS / "redoc.standalone.js").read_bytes().replace(REDOC_CDN_LOGO.encode(), LOCAL_LOGO.encode())
+
 
 _SWAGGER = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>creditlens API</title>
@@ -30,6 +40,15 @@ _REDOC = """<!doctype html>
 
 def install_docs(app: FastAPI) -> None:
     """Mount the local assets and the two explorer pages (create the app with docs_url=None)."""
+    script = redoc_script()
+
+    # Before the mount, which would serve the bundle as shipped.
+    @app.get("/vendor/docs/redoc.standalone.js", include_in_schema=False)
+    def redoc_bundle() -> Response:
+        return Response(
+            script, media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"}
+        )
+
     app.mount("/vendor/docs", StaticFiles(directory=str(ASSETS)), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)

@@ -322,3 +322,66 @@ def test_upload_with_a_tokenizer_through_the_form(page, tmp_path):
     error.wait_for()
     assert "tokenizer" in error.text_content()
     assert page.probe.errors == []
+
+
+def _open(page, url: str) -> None:
+    """Go to ``url`` and wait until its first screen is drawn (every page marks page:open)."""
+    page.goto(url)
+    page.wait_for_function("() => performance.getEntriesByName('page:open').length > 0")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", [1400, 390])
+def test_every_page_at_a_laptops_and_a_phones_width_light_and_dark(browser, demo, width, scheme):
+    base = demo["base"]
+    bug = demo["runs"][BUGGY]
+    step = httpx.get(f"{base}/api/runs/{bug}", timeout=30).json()["steps"][18]
+    batch = httpx.get(f"{base}/api/batches/{step['batch_ref']}", timeout=30).json()
+    ep = batch["episodes"][0]
+    pages = {
+        "home": "/",
+        "run": f"/r/{bug}",
+        "batch": f"/b/{step['batch_ref']}",
+        "group": f"/b/{step['batch_ref']}/g/{ep['group']}",
+        "episode": f"/e/{ep['slug']}",
+        "compare": f"/r/compare?runs={demo['runs'][CLEAN]},{bug}",
+    }
+    ctx = browser.new_context(viewport={"width": width, "height": 900}, base_url=base, color_scheme=scheme)
+    ctx.set_default_timeout(60_000)
+    page = ctx.new_page()
+    probe = PageProbe(page)
+    outside: list[str] = []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith((base, "data:", "blob:")) else None)
+    for name, url in pages.items():
+        _open(page, url)
+        # No sideways scrolling of the page: wide tables and strips scroll in their own box.
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, name
+        # The dark page is dark, the light page light.
+        bg = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+        lum = sum(int(c) for c in re.findall(r"\d+", bg)[:3])
+        assert (lum < 150) if scheme == "dark" else (lum > 600), (name, bg)
+        shot(page, f"journey-{name}-{width}-{scheme}")
+    # Titles name the thing; dates are for people.
+    _open(page, pages["episode"])
+    assert page.title().startswith(f"{ep['task']} · {BUGGY}, step 18")
+    _open(page, pages["batch"])
+    assert page.title().startswith(f"{BUGGY} step 18")
+    assert "T" not in page.text_content("#b-meta").split("created")[1]
+    assert outside == [] and probe.errors == [] and probe.csp_violations() == []
+    ctx.close()
+
+
+def test_redoc_and_talk_mode(page):
+    outside: list[str] = []
+    page.on(
+        "request",
+        lambda r: outside.append(r.url) if not r.url.startswith(("http://127.0.0.1", "blob:", "data:")) else None,
+    )
+    page.goto("/redoc")
+    page.wait_for_selector("text=API docs by Redocly")
+    assert outside == []
+    # Talk mode cites nothing it does not show: no book, no figure number.
+    for step in range(1, 11):
+        text = httpx.get(f"{page.url.split('/redoc')[0]}/talk/{step}?format=json", timeout=30).json()
+        words = " ".join(text["paragraphs"])
+        assert "book" not in words and "Figure" not in words, step
