@@ -20,6 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
+from app.ingest._notes import warn
+
+DRIFT_WARNING = (
+    "token-in/token-out: a turn's prompt re-renders tokens the model sampled as other tokens; the "
+    "episode is stored as sampled and the re-render kept per turn in its `meta.drift`"
+)
+
 # How far past the sampled tail's length the re-render may run (a template that adds a few tokens
 # around a re-serialised tool call).
 WINDOW_SLACK = 64
@@ -34,6 +41,7 @@ class TurnDrift:
     rerendered: the prompt's ids that stand for them (what a trainer that reads the prompt trains on).
     differing:  sampled ids without a counterpart in the re-render (0: the turn re-renders nothing).
     new_from:   index in the prompt where its new part (tool output, template) begins.
+    unmatched:  offsets in ``sampled`` of the ids without a counterpart (``differing`` of them).
     """
 
     start: int
@@ -41,6 +49,7 @@ class TurnDrift:
     rerendered: list[int]
     differing: int
     new_from: int
+    unmatched: tuple[int, ...] = ()
 
     @property
     def first_pair(self) -> tuple[int | None, int | None]:
@@ -49,9 +58,10 @@ class TurnDrift:
         r = self.rerendered[0] if self.rerendered else None
         return s, r
 
-    def as_meta(self, turn: int, position: int) -> dict[str, object]:
+    def as_meta(self, turn: int, position: int, at: list[int] | None = None) -> dict[str, object]:
         """The JSON an episode's ``meta.drift`` keeps for this turn (``position``: where the sampled
-        span starts in the stored token row)."""
+        span starts in the stored token row; ``at``: the stored positions of the sampled ids without
+        a counterpart, by default ``position`` plus each unmatched offset)."""
         s, r = self.first_pair
         return {
             "turn": turn,
@@ -60,6 +70,7 @@ class TurnDrift:
             "rerendered_ids": self.rerendered,
             "differing": self.differing,
             "first": [s, r],
+            "at": at if at is not None else [position + k for k in self.unmatched],
         }
 
 
@@ -87,6 +98,9 @@ def align_turn(sampled_so_far: list[int], prompt: list[int]) -> TurnDrift | None
     m = SequenceMatcher(None, tail, window, autojunk=False)
     blocks = [b for b in m.get_matching_blocks() if b.size]
     matched = sum(b.size for b in blocks)
+    covered = bytearray(len(tail))
+    for blk in blocks:
+        covered[blk.a : blk.a + blk.size] = b"\x01" * blk.size
     if blocks:
         last = blocks[-1]
         end = last.b + last.size + (len(tail) - (last.a + last.size))
@@ -99,4 +113,58 @@ def align_turn(sampled_so_far: list[int], prompt: list[int]) -> TurnDrift | None
         rerendered=prompt[p : p + end],
         differing=len(tail) - matched,
         new_from=p + end,
+        unmatched=tuple(k for k, c in enumerate(covered) if not c),
     )
+
+
+class TurnAssembler:
+    """An episode assembled turn by turn as it was sampled (token-in/token-out).
+
+    Each :meth:`add_turn` gives a model call's prompt ids and generated ids. The stored row
+    (``ids``/``kinds``/``turns``) is the first prompt, then per turn the new part of its prompt and
+    its generation. A prompt is compared with what the engine held one turn before (that turn's
+    prompt plus its generation), so a re-render is counted once, in the turn whose prompt makes it;
+    ``drift`` is the ``meta.drift`` entry of each such turn, with the stored positions of the
+    sampled ids it changed (``at``; a re-rendered id that was itself never sampled has none).
+    """
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.kinds: list[str] = []
+        self.turns: list[int] = []
+        self.drift: list[dict[str, object]] = []
+        self.turn = -1
+        self._context: list[int] = []
+        self._where: list[int] = []  # stored position of each context id, -1 for a re-render
+
+    def add_turn(self, prompt: list[int], generated: list[int], new_kind: str) -> int:
+        """Append one model call: the new part of ``prompt`` (as ``new_kind``; the first turn's whole
+        prompt is "prompt") and ``generated`` (policy). Returns how many prompt ids were new."""
+        where = self._where
+        if self.turn < 0:
+            new_from, new_kind = 0, "prompt"
+        else:
+            d = align_turn(self._context, prompt)
+            if d is None:
+                new_from = len(self._context)
+            else:
+                new_from = d.new_from
+                stored = [where[d.start + k] for k in range(len(d.sampled))]
+                at = [stored[k] for k in d.unmatched if stored[k] >= 0]
+                first = next((x for x in stored if x >= 0), len(self.ids))
+                self.drift.append(d.as_meta(turn=self.turn + 1, position=first, at=at))
+                warn(DRIFT_WARNING)
+                del where[d.start :]
+                where.extend([-1] * (d.new_from - d.start))
+        new = prompt[new_from:]
+        start = len(self.ids)
+        self.ids += new
+        self.kinds += [new_kind] * len(new)
+        self.turns += [-1] * len(new)
+        self.turn += 1
+        self.ids += generated
+        self.kinds += ["policy"] * len(generated)
+        self.turns += [self.turn] * len(generated)
+        where.extend(range(start, len(self.ids)))
+        self._context = prompt + generated
+        return len(new)

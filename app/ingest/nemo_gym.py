@@ -30,6 +30,7 @@ from app.core.tokenize import tokenize
 from app.ingest._chat import add_text
 from app.ingest._common import Record, as_float, float_list, id_token, scalar_meta, short_hash
 from app.ingest._document import Document
+from app.ingest._drift import TurnAssembler
 from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, arguments_text, content_text
 from app.ingest._tokenizer import TokenDecoder
@@ -168,42 +169,31 @@ def _text_episode(rec: Record, output: list[Any]) -> tuple[SpanBuilder, str]:
 
 def _token_episode(
     rec: Record, output: list[Any], tokenizer: TokenDecoder | None
-) -> tuple[list[str], list[str], list[int], list[int], list[float] | None, list[int] | None]:
-    ids: list[int] = []
-    kinds: list[str] = []
-    turns: list[int] = []
+) -> tuple[list[str], list[str], list[int], list[int], list[float] | None, list[int] | None, list[Any]]:
+    """The episode as it was sampled (token-in/token-out): the first turn's prompt ids, then per
+    turn its generation ids (policy) and the new part of the next turn's prompt (tool when a
+    function call or its output came between, else prompt). A prompt that re-renders the ids
+    sampled before it differently is measured (app/ingest/_drift.py), not refused: the last item
+    returned is the drift of each such turn (``meta.drift``)."""
+    asm = TurnAssembler()
     logprobs: list[float] = []
     have_lp = True
     tool_between = False
-    turn = -1
+    calls = False  # this turn sampled a function call: the next prompt holds its output
     for i, item in enumerate(output):
         if not isinstance(item, dict):
             continue
         if item.get("type") == "function_call_output":
             tool_between = True
+        calls = calls or item.get("type") == "function_call"
         gen = _ids(item, "generation_token_ids")
         if gen is None:
             continue
         f = f"response.output[{i}]"
         gen = _int_list(gen, rec, f + ".generation_token_ids")
         prompt = _int_list(item.get("prompt_token_ids") or [], rec, f + ".prompt_token_ids")
-        if prompt[: len(ids)] != ids:
-            raise rec.error(
-                "bad_token_ids",
-                f"field `{f}.prompt_token_ids` does not start with the tokens of the turns before it "
-                "(prompt and generations so far); each turn's prompt must extend the previous one.",
-                field=f + ".prompt_token_ids",
-            )
-        new = prompt[len(ids) :]
-        kind = "prompt" if turn < 0 or not tool_between else "tool"
-        ids += new
-        kinds += [kind] * len(new)
-        turns += [-1] * len(new)
-        logprobs += [0.0] * len(new)
-        turn += 1
-        ids += gen
-        kinds += ["policy"] * len(gen)
-        turns += [turn] * len(gen)
+        n_new = asm.add_turn(prompt, gen, "tool" if tool_between else "prompt")
+        logprobs += [0.0] * n_new
         lp = item.get("generation_log_probs")
         if lp is None:
             have_lp = False
@@ -211,13 +201,14 @@ def _token_episode(
         else:
             lp = float_list(lp, rec, f + ".generation_log_probs", len(gen), f + ".generation_token_ids")
             logprobs += lp or []
-        tool_between = False
+        tool_between, calls = calls, False
+    ids = asm.ids
     special = None
     if tokenizer is not None:
         tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
     else:
         tokens = [id_token(x) for x in ids]
-    return tokens, kinds, turns, ids, (logprobs if have_lp else None), special
+    return tokens, asm.kinds, asm.turns, ids, (logprobs if have_lp else None), special, asm.drift
 
 
 def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> EpisodeIn:
@@ -250,9 +241,11 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
     )
     b, prompt = _text_episode(rec, output)
     if _token_mode(output):
-        tokens, kinds, turns, ids, logprobs, special = _token_episode(rec, output, tokenizer)
+        tokens, kinds, turns, ids, logprobs, special, drift = _token_episode(rec, output, tokenizer)
         if special:
             meta["special_tokens"] = special
+        if drift:
+            meta["drift"] = drift
         fields: dict[str, Any] = {"token_ids": ids, "logprobs": logprobs}
     else:
         tokens, kinds, turns = b.tokens, b.kinds, b.turn_ids

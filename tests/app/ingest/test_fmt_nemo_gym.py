@@ -6,7 +6,8 @@ customer-service episode with function calls, tool outputs and simulated-user me
 token-id rollouts are hand-written in the shape NeMo Gym's vLLM model server gives output items
 (``prompt_token_ids``, ``generation_token_ids``, ``generation_log_probs``; see NeMo Gym's
 docs on multi-turn rollouts), including the edge cases: empty id lists fall back to the text,
-ids that do not extend the previous turn are refused naming the field."""
+a prompt that re-renders the ids sampled before it (token-in/token-out) is stored as sampled with
+the drift measured per turn."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.app.ingest.fmt_helpers import assert_no_credit_off_policy, pick, stor
 from tests.app.svc_helpers import FORMATS, row_counts
 
 FIXTURE = FORMATS / "nemo_gym" / "tau2_synth_example_rollouts.jsonl"
+BLACKJACK = FORMATS / "nemo_gym" / "blackjack_example_rollout.jsonl"
 
 
 def test_public_tau2_rollout(client):
@@ -142,15 +144,83 @@ def test_string_input_and_no_reward(client):
     assert text(ep, "policy") == "hi<|end|>"
 
 
-def test_ids_that_do_not_extend_the_previous_turn(client):
+def test_public_blackjack_rollout_token_in_token_out(client):
+    # The last rollout of NVIDIA-NeMo/Gym resources_servers/blackjack_env/data/example_rollouts.jsonl
+    # (fixtures/formats/nemo_gym/README.md): two model calls, the second prompt extends the first
+    # prompt and its generation exactly.
+    row = json.loads(BLACKJACK.read_text())
+    first, second = row["response"]["output"]
+    _, [ep] = stored(client, "blackjack.jsonl", BLACKJACK.read_bytes())
+    assert ep["token_ids"] == second["prompt_token_ids"] + second["generation_token_ids"]
+    n1, n2 = len(first["prompt_token_ids"]), len(second["prompt_token_ids"])
+    g = len(first["generation_token_ids"])
+    # No function call between the turns: the new part of the second prompt (the dealer's next
+    # message, 100 - 44 - 8 = 48 ids) is prompt.
+    assert ep["kinds"] == ["prompt"] * n1 + ["policy"] * g + ["prompt"] * (n2 - n1 - g) + ["policy"] * 8
+    assert pick(ep, "policy", "logprobs") == first["generation_log_probs"] + second["generation_log_probs"]
+    assert "drift" not in ep["meta"]
+
+
+def _drifting_turns():
+    """Three model calls. The second prompt re-renders the first call's ids [20, 21, 22] as
+    [20, 99, 22] (a re-serialised argument) before the tool output [40, 41]; the third prompt
+    extends the second prompt and its generation exactly."""
     out = _two_turns()
-    out[3]["prompt_token_ids"] = [9, 9, 9]
-    r = upload(client, "r.jsonl", json.dumps(_rollout(1, 0, 1.0, out)))
-    assert r.status_code == 422
-    err = r.json()["error"]
-    assert err["code"] == "bad_token_ids" and err["field"] == "response.output[3].prompt_token_ids"
-    assert err["line"] == 1 and err["episode"] == 1
-    assert row_counts(client) == (0, 0)
+    out[3]["prompt_token_ids"] = [1, 5, 6, 7, 20, 99, 22, 40, 41]
+    out.append({"type": "function_call_output", "call_id": "c2", "output": "ok"})
+    out.append(
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Done."}],
+            "prompt_token_ids": [1, 5, 6, 7, 20, 99, 22, 40, 41, 30, 31, 2, 50],
+            "generation_token_ids": [60, 2],
+            "generation_log_probs": [-0.7, -0.8],
+        }
+    )
+    return out
+
+
+def test_a_re_rendered_tool_call_is_stored_as_sampled_and_measured(client):
+    r = upload(client, "r.jsonl", json.dumps(_rollout(1, 0, 1.0, _drifting_turns())))
+    assert r.status_code == 201, r.text
+    assert any("token-in/token-out" in w for w in r.json()["warnings"])
+    ep = client.get(f"/api/episodes/{r.json()['episodes'][0]['slug']}").json()
+    # Stored as sampled: the first call's own ids [20, 21, 22], then only what the second prompt
+    # adds after its re-render of them ([40, 41], tool: a function call came between), etc.
+    assert ep["token_ids"] == [1, 5, 6, 7, 20, 21, 22, 40, 41, 30, 31, 2, 50, 60, 2]
+    assert (
+        ep["kinds"]
+        == ["prompt"] * 4 + ["policy"] * 3 + ["tool"] * 2 + ["policy"] * 3 + ["tool"] + ["policy"] * 2
+    )
+    # The second prompt agrees up to position 5; the sampled tail [21, 22] is re-rendered as
+    # [99, 22]: 22 matches, 21 has no counterpart (1 differing, at stored position 5). The third
+    # prompt extends the second: the re-render is counted once.
+    assert ep["meta"]["drift"] == [
+        {
+            "turn": 1,
+            "position": 5,
+            "sampled": 2,
+            "rerendered_ids": [99, 22],
+            "differing": 1,
+            "first": [21, 99],
+            "at": [5],
+        }
+    ]
+    assert pick(ep, "policy", "logprobs") == [-0.1, -0.2, -0.3, -0.5, -0.5, -0.5, -0.7, -0.8]
+
+
+def test_a_prompt_that_drops_the_sampled_call(client):
+    # The second prompt keeps only the first prompt: the call's 3 ids are not re-rendered at all
+    # ([20, 21, 22] against [40, 41]: nothing matches, so the re-render is taken one for one, 3 ids
+    # of the prompt, where only 2 remain: [40, 41]); nothing of it is new.
+    out = _two_turns()
+    out[3]["prompt_token_ids"] = [1, 5, 6, 7, 40, 41]
+    _, [ep] = stored(client, "r.jsonl", json.dumps(_rollout(1, 0, 1.0, out)))
+    [d] = ep["meta"]["drift"]
+    assert d["position"] == 4 and d["differing"] == 3 and d["rerendered_ids"] == [40, 41]
+    assert d["at"] == [4, 5, 6] and d["first"] == [20, 40]
+    assert ep["token_ids"] == [1, 5, 6, 7, 20, 21, 22, 30, 31, 2]
 
 
 @pytest.mark.parametrize(
