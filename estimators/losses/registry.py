@@ -145,8 +145,9 @@ class LossSpec:
     name: its public name (``loss=`` in URLs). fn: ``fn(x: LossInput, **params) -> (w, states)``
     with every parameter given. label, description: for legends, tooltips and docs. params: its
     :class:`LossParam` by name, in order. trainer, version: whose code it reproduces (a key of
-    ``estimators.registry.TRAINERS``) and which version it is checked against. reads_rollout: it
-    reads ``rollout_log_prob`` always (True), never (False) or when ``needs_rollout(params)`` says.
+    ``estimators.registry.TRAINERS``) and which version it is checked against. needs_rollout:
+    True when the loss with these parameter values needs ``rollout_log_prob`` (a rollout
+    correction; the call refuses it without them); given rollout log-probs reach every loss.
     alias_of: for an alias (``verl:vanilla``), the name it stands for.
     """
 
