@@ -59,7 +59,6 @@ __all__ = [
     "Record",
     "TokenDecoder",
     "detect",
-    "formats",
     "iter_upload",
     "load_tokenizer",
     "parse_upload",
@@ -67,11 +66,6 @@ __all__ = [
 ]
 
 discover()
-
-
-def formats() -> dict[str, Format]:
-    """:data:`FORMATS` (every upload format by name, in sniffing order)."""
-    return FORMATS
 
 
 def detect(data: bytes | Document) -> str:
