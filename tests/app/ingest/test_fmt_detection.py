@@ -43,3 +43,17 @@ def test_a_byte_order_mark_is_dropped_once():
     data = json.dumps({"tokens": ["a"], "kinds": ["policy"]}).encode()
     assert Document.of(b"\xef\xbb\xbf" + data).data == data
     assert detect(b"\xef\xbb\xbf" + data) == "native"
+
+
+def test_a_zip_is_sniffed_from_its_directory():
+    """A torch.save zip: no JSON parse is attempted (``first`` is None); its member names come
+    from the central directory and a member's head is read without inflating the rest."""
+    data = (FORMATS / "slime_rollout.pt").read_bytes()
+    doc = Document.of(data)
+    assert doc.first is None
+    names = doc.zip_names
+    assert names is not None and any(n.endswith("data.pkl") for n in names)
+    head = doc.zip_member_head("data.pkl", 64)
+    assert len(head) == 64 and head[:1] == b"\x80"  # a pickle's protocol opcode
+    assert detect(data) == "slime_pt"
+    assert Document.of(b'{"a": 1}').zip_names is None
