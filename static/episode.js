@@ -193,6 +193,33 @@ function marksOf(d) {
   return marks;
 }
 
+// What γ and λ change: rows that discount per step read them; rows with their own γ (GiGPO's) or
+// no steps (outcome baselines, the uploaded and audit rows) do not, and the controls say so.
+const CATALOG = new Map((init.schemes.schemes || []).map((s) => [s.name, s]));
+const NO_STEPS = new Set(["uploaded", "audit_reference", "audit_diff", "loss_weights", "oracle", "monte_carlo"]);
+
+function usesGamma(name) {
+  const s = CATALOG.get(name);
+  if (!s || NO_STEPS.has(name) || s.kind === "outcome" || "gamma" in (s.params || {})) return false;
+  return (s.reads || []).includes("rewards");
+}
+const usesLam = (name) => usesGamma(name) && /gae/.test(name);
+
+function renderControlNotes(d) {
+  const names = d.schemes.map((s) => s.name);
+  const note = (id, uses, what) => {
+    const not = names.filter((n) => !uses(n));
+    const own = what === "γ" ? not.filter((n) => "gamma" in ((CATALOG.get(n) || {}).params || {})) : [];
+    const parts = [];
+    if (!names.some(uses)) parts.push(`applies to no row shown`);
+    else if (not.length) parts.push(`not used by ${not.filter((n) => !own.includes(n)).join(", ") || "—"}`);
+    if (own.length && what === "γ") parts.push(`${own.join(", ")} uses its own γ (${own.map((n) => CATALOG.get(n).params.gamma).join(", ")})`);
+    $(id).textContent = parts.filter((p) => !p.endsWith("—")).join("; ");
+  };
+  note("gamma-note", usesGamma, "γ");
+  note("lam-note", usesLam, "λ");
+}
+
 /** The first position an error (else a warning) finding names: {position, code, severity} or null. */
 function firstFinding(marks) {
   for (const sev of ["error", "warning"]) {
@@ -268,6 +295,7 @@ function render() {
   }
   overview.setData(d, rows, strip);
   syncOverview();
+  renderControlNotes(d);
   jumps = jumpTables(d, rows);
   renderTopList(d, jumps.tokens);
   renderCalls(d, rows, scale);

@@ -10,6 +10,10 @@ const PAD_X = 3;
 const MAX_CHARS = 14;
 const GAP_Y = 8;
 const LABEL_W = 132;
+const LABEL_W_MIN = 72;
+// Prompt cells below the first row: paler and without text (the prompt is read once, on the top
+// row; the rows below it carry no credit there).
+const PROMPT_QUIET = [232, 232, 232];
 const CAPTION_H = 26;
 const MARK_H = 3; // the audit mark under a cell (drawn in the GAP_Y gap between lines, below
 const MARK_OFF = 3; // the cursor's outline)
@@ -64,6 +68,8 @@ export class TokenStrip {
     this.opts = opts;
     this.fontPx = opts.fontPx ?? FONT_PX;
     this.cellH = opts.cellH ?? CELL_H;
+    // A fixed label width when asked for; else each layout fits the longest row label (see relayout).
+    this.fixedLabelW = opts.labelW ?? null;
     this.labelW = opts.labelW ?? LABEL_W;
     this.maxChars = opts.maxChars ?? MAX_CHARS;
     this.container = container;
@@ -135,6 +141,12 @@ export class TokenStrip {
     const ctx = this.ctx;
     ctx.font = `${this.fontPx}px ui-monospace, "DejaVu Sans Mono", monospace`;
     this.charW = ctx.measureText("M").width;
+    if (this.fixedLabelW === null) {
+      // Wide enough for the longest label, never more than 30% of the strip (a phone keeps room
+      // for the tokens; a label cut there has its whole text in the hover panel).
+      const longest = Math.max(0, ...this.rows.map((r) => String(r.label ?? "").length));
+      this.labelW = Math.round(Math.min(Math.max(LABEL_W_MIN, longest * this.charW + 14), Math.max(LABEL_W_MIN, 0.3 * width)));
+    }
     const avail = width - this.labelW - 8;
     const { tokens, kinds } = this.data;
     const T = tokens.length;
@@ -267,6 +279,7 @@ export class TokenStrip {
             ctx.strokeStyle = OFF_OUTLINE;
             ctx.strokeRect(x + OFF_W / 2, y + OFF_W / 2, it.w - 1 - OFF_W, this.cellH - 1 - OFF_W);
           }
+          if (r > 0 && this.data.kinds[it.i] === "prompt" && !this.offValues[r].has(k)) continue;
           ctx.fillStyle = inkOn(col);
           ctx.fillText(it.text, x + PAD_X, y + this.cellH / 2);
         }
@@ -301,6 +314,7 @@ export class TokenStrip {
       const r = this.rows.indexOf(row);
       const off = r >= 0 && this.offValues ? this.offValues[r].get(this.itemOf[it.i]) : undefined;
       if (off !== undefined) return this.valueColor(row, off) ?? GRAY;
+      if (kind === "prompt" && r > 0) return PROMPT_QUIET;
       return kind === "tool" ? TOOL_GRAY : GRAY;
     }
     return this.valueColor(row, row.advantages[it.i]) ?? GRAY;

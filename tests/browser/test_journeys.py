@@ -385,3 +385,44 @@ def test_redoc_and_talk_mode(page):
         text = httpx.get(f"{page.url.split('/redoc')[0]}/talk/{step}?format=json", timeout=30).json()
         words = " ".join(text["paragraphs"])
         assert "book" not in words and "Figure" not in words, step
+
+
+MANY = "uploaded,outcome,token_gae,turn_gae,gigpo,returns,td,oracle,audit_reference"
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_many_rows_stay_readable(browser, demo, width):
+    bug = demo["runs"][BUGGY]
+    rows = httpx.get(f"{demo['base']}/api/runs/{bug}/episodes", params={"step__eq": 18, "limit": 1}, timeout=30).json()
+    ctx = browser.new_context(viewport={"width": width, "height": 900}, base_url=demo["base"])
+    page = ctx.new_page()
+    page.goto(f"/e/{rows[0]['slug']}?scheme={MANY}&critic=zero")
+    wait_ready(page)
+    strip = page.evaluate(
+        "(() => { const s = window.__strip; return {labelW: s.labelW, charW: s.charW, width: s.width,"
+        " labels: s.rows.map(r => r.label), kinds: s.data.kinds}; })()"
+    )
+    assert len(strip["labels"]) == 9
+    fits = [len(lab) <= (strip["labelW"] - 12) // strip["charW"] for lab in strip["labels"]]
+    if width == 1400:
+        assert all(fits), strip  # every label whole
+    assert strip["labelW"] <= 0.3 * strip["width"] + 1  # never more than 30% of a phone's strip
+    # The prompt is read once: its cells below the first row are pale and carry no text.
+    p = strip["kinds"].index("prompt")
+    assert page.evaluate(f"window.__strip.pixelAt({p}, 0)")[:3] == [196, 196, 196]
+    assert page.evaluate(f"window.__strip.pixelAt({p}, 3)")[:3] == [232, 232, 232]
+    # The per-call table scrolls in its box instead of squeezing the call.
+    call = page.locator("#calls td.call-text").first.bounding_box()
+    assert call["width"] >= 14 * 12
+    wrap = page.evaluate(
+        "(() => { const w = document.querySelector('.calls .table-wrap'); return [w.scrollWidth, w.clientWidth]; })()"
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    if width == 390:
+        assert wrap[0] > wrap[1]
+    # The controls say where they do not apply: GiGPO has its own γ; outcome rows have no steps.
+    note = page.text_content("#gamma-note")
+    assert "gigpo uses its own γ (0.95)" in note and "outcome" in note
+    assert "token_gae" not in page.text_content("#lam-note")
+    shot(page, f"journey-many-rows-{width}")
+    ctx.close()
