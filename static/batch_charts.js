@@ -59,9 +59,9 @@ export function sparseTicks(keys, width, minGap) {
   return out;
 }
 
-// Group names stand upright under the axis: a label then takes one line's height (13 px text,
-// 18 px with a gap) of the axis, whatever its length, so 20 groups fit in 360 px.
-const TICK_GAP = 18;
+// Group names stand upright under the axis: a label then takes one line's height (11 px text,
+// 13 px with a gap) of the axis, whatever its length, so 20 groups fit in 260 px.
+const TICK_GAP = 13;
 const TICK_CHARS = 18; // longer names are cut on the axis (the hover has the whole name)
 
 export function figWhiten(node, b, height = 320) {
@@ -88,6 +88,7 @@ export function figWhiten(node, b, height = 320) {
         tickvals: ticks.map((i) => labels[i]),
         ticktext: ticks.map((i) => clip(groups[i], TICK_CHARS)),
         tickangle: -90,
+        tickfont: { size: 11 },
         automargin: true,
         title: { text: "group (episodes in it side by side)" },
       }, yaxis: { title: { text: "outcome advantage" } }, legend: { orientation: "h", y: 1.12 } },

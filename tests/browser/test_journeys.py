@@ -426,3 +426,50 @@ def test_many_rows_stay_readable(browser, demo, width):
     assert "token_gae" not in page.text_content("#lam-note")
     shot(page, f"journey-many-rows-{width}")
     ctx.close()
+
+
+def test_charts_label_every_group_and_keep_blue_red_for_the_sign(page, server):
+    # 20 groups of 3 attempts; groups 0-4 all fail (zero variance, pass rate 0), the rest mixed.
+    eps = [
+        {**data.handbuilt(), "group": f"task{g:02d}", "reward": float(g >= 5 and a == 0)}
+        for g in range(20)
+        for a in range(3)
+    ]
+    body = httpx.post(
+        f"{server}/api/uploads",
+        files={"file": ("twenty.jsonl", data.jsonl(eps), "application/x-ndjson")},
+        timeout=60,
+    ).json()
+    page.goto(f"/b/{body['batch_id']}")
+    page.wait_for_selector("body[data-ready='1']")
+    page.wait_for_selector('#loss-box[data-ready="1"]')
+    names = [f"task{g:02d}" for g in range(20)]
+    groups = page.evaluate("document.getElementById('fig-groups').data.map(t => ({name: t.name, y: t.y, x: t.x}))")
+    assert sorted(groups[0]["y"] + groups[1]["y"]) == names  # every group on the axis
+    zero = next(t for t in groups if t["name"].startswith("zero variance"))
+    assert sorted(zero["y"]) == names[:5] and min(zero["x"]) > 0  # visible although the pass rate is 0
+    ticks = page.evaluate("document.getElementById('fig-whiten').layout.xaxis.ticktext")
+    assert ticks == names
+    # Blue and red mean the sign: no figure of the page uses them for anything else.
+    colours = page.evaluate(
+        "[...document.querySelectorAll('.js-plotly-plot')].flatMap(p => p.data.map(t => t.marker && t.marker.color))"
+    )
+    assert not {"rgb(33,102,172)", "rgb(178,24,43)"} & {c for c in colours if isinstance(c, str)}
+    # The attempts table on the group page carries its colour key.
+    page.goto(f"/b/{body['batch_id']}/g/task07")
+    page.wait_for_selector("body[data-ready='1']")
+    assert "blue positive" in page.text_content("#attempts caption")
+    # No advantages uploaded: no empty "what the gradient sees" frame.
+    page.goto(f"/b/{body['batch_id']}")
+    page.wait_for_selector('#loss-box[data-ready="1"]')
+    assert page.locator("#fig-loss").is_hidden()
+
+
+def test_the_lambda_lab_puts_lambda_on_a_titled_number_line(page):
+    page.goto("/lab/lambda?seed=7&episodes=2000")
+    page.wait_for_selector("body[data-lab-ready='1']", timeout=120_000)
+    for fig in ("fig-bias", "fig-var"):
+        axis = page.evaluate(f"document.getElementById('{fig}').layout.xaxis")
+        assert axis["title"]["text"] == "λ" and axis["type"] == "linear"
+        xs = page.evaluate(f"document.getElementById('{fig}').data[0].x")
+        assert all(isinstance(x, (int, float)) for x in xs) and xs == sorted(xs)
