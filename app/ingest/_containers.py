@@ -155,30 +155,3 @@ def records(doc: Document) -> Iterator[tuple[Record, str]]:
         return
     for rec in doc.records():
         yield rec, ""
-
-
-def first_record(doc: Document) -> Any:
-    """The first record of any container, reading no more than it needs (a zip's first JSON
-    member; a gzip's inflated head); None when there is none."""
-    if is_gzip(doc.data):
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(doc.data)) as f:
-                head = f.read(1 << 22)
-        except (OSError, EOFError, zlib.error):
-            return None
-        inner = Document(head)
-        try:
-            return inner.first
-        except ApiError:
-            return None
-    if doc.is_zip:
-        names = doc.zip_names or []
-        if is_torch_zip(names):
-            return None
-        try:
-            for rec, _ in zip_records(doc):
-                return rec.obj
-        except (ApiError, zipfile.BadZipFile, OSError, ValueError):
-            return None
-        return None
-    return doc.first

@@ -27,7 +27,7 @@ from typing import Any
 from app.core.errors import ApiError
 from app.ingest import _notes
 from app.ingest._common import Record
-from app.ingest._containers import first_record, is_gzip, is_torch_zip, json_members, records
+from app.ingest._containers import is_gzip, is_torch_zip, json_members, records
 from app.ingest._document import Document
 from app.ingest._registry import Pair, register_format
 from app.ingest._structure import (
@@ -253,11 +253,6 @@ def _event_stream(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator
     built.episode.meta["events"] = n
     _warn_all(built.unknown_roles, int(built.reward_missing), 1, [], 0)
     yield first.line, built.episode
-
-
-def first_of(doc: Document) -> Any:
-    """The first record of any container (for the 422 when nothing reads the upload)."""
-    return first_record(doc)
 
 
 register_format(
