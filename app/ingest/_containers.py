@@ -5,8 +5,10 @@
 * a zip that is not torch's (:func:`is_torch_zip`: a ``data.pkl`` member) is a zip of JSON:
   Inspect AI's ``.eval`` (``header.json`` + one ``samples/<id>_epoch_<n>.json`` per sample, read in
   the order of id and epoch; ``attachment://<hash>`` strings replaced from the sample's
-  ``attachments``, the dedup form's ``input_refs`` ranges of ``message_pool`` expanded when a
-  sample has no ``messages``), or any other zip: its ``.json``/``.jsonl`` members in name order;
+  ``attachments``; a sample of the dedup form without ``messages`` read from its
+  ``message_pool``, the pool the model events' ``input_refs`` point into; the event log, which
+  repeats the messages, is dropped), or any other zip: its ``.json``/``.jsonl`` members in name
+  order;
 * JSON and JSONL through :meth:`Document.records` (one object, an array of records, JSONL lines).
 
 The records' shape (a bare list of messages, a list of message lists, an object holding a list of
