@@ -11,9 +11,11 @@ micro-batches of 8 rows; SkyRL 0.3.0: ``ppo_utils.compute_advantages_and_returns
 response mask). TRL computes its GRPO advantages inline in ``GRPOTrainer``: only ours is timed.
 A trainer that is not installed is skipped (``make install`` installs them all).
 
-Figures: ``<dialect>.ours_s``, ``.trainer_s`` (medians), ``.speedup`` (trainer / ours) and, per
-dialect, whether the trainer's function loops in Python (over tokens, rows or groups) or is
-vectorised (``.trainer_kind``): the goal is >= 20x over loops, >= 1x over vectorised code.
+Figures: ``<dialect>.ours_s``, ``.trainer_s`` (medians; a trainer's loop once, it takes seconds),
+``.speedup`` (trainer / ours) and, per dialect, whether the trainer's function loops in Python
+(over tokens, rows or groups) or is vectorised (``.trainer_kind``): the goal is >= 20x over loops,
+>= 1x over vectorised code. Then verl's ``grpo_vectorized`` / ``rloo_vectorized`` at B=4096,
+T=4096 against the ``verl:`` GRPO and RLOO dialects. One torch thread throughout.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from estimators import EstimatorInput, compute
 from estimators.dialects._common import response_span
 
 B, T, GROUP, ROUNDS, LOOP_ROUNDS = 256, 8192, 8, 9, 1
+BG, TG = 4096, 4096  # verl's vectorised GRPO/RLOO against the dialects at this size too
 COMPARE = True  # time the trainers' functions (their loops over T=8192 take seconds)
-QUICK = {"B": 16, "T": 256, "ROUNDS": 1, "LOOP_ROUNDS": 1, "COMPARE": False}
+QUICK = {"B": 16, "T": 256, "BG": 64, "TG": 128, "ROUNDS": 1, "LOOP_ROUNDS": 1, "COMPARE": False}
 
 Fn = Callable[[], Any]
 
@@ -189,8 +192,47 @@ def _skyrl_fns(inp: EstimatorInput, uids: np.ndarray, span: torch.Tensor) -> dic
     return {n: ((lambda n=n: run(n)), "loop") for n in ("gae", "reinforce++", "grpo", "rloo", "maxrl")}
 
 
+def _vectorised_at_scale(out: dict[str, Any]) -> None:
+    """verl's ``grpo_vectorized`` / ``rloo_vectorized`` against ``verl:grpo``, ``verl:rloo`` and
+    their vectorised twins at B=BG, T=TG in groups of 8 (one outcome per row, right padding)."""
+    try:
+        from verl.trainer.ppo import core_algos as v
+    except Exception:  # noqa: BLE001
+        return
+    g = torch.Generator().manual_seed(1)
+    scores = (torch.rand(BG, generator=g) < 0.3).float()
+    rmask = torch.zeros(BG, TG, dtype=torch.int64)
+    lengths = torch.randint(100, TG, (BG,), generator=g)
+    rmask[torch.arange(TG)[None, :] < lengths[:, None]] = 1
+    r_tok = torch.zeros(BG, TG)
+    r_tok[torch.arange(BG), lengths - 1] = scores
+    labels = torch.arange(BG) // GROUP
+    inp = EstimatorInput(rewards=r_tok, mask=rmask, groups=labels)
+    idx = labels.numpy()
+    t = _interleaved(
+        {
+            "verl_grpo_vectorized": lambda: v.compute_grpo_vectorized_outcome_advantage(r_tok, rmask, idx),
+            "verl_rloo_vectorized": lambda: v.compute_rloo_vectorized_outcome_advantage(r_tok, rmask, idx),
+            "verl:grpo": lambda: compute("verl:grpo", inp),
+            "verl:grpo_vectorized": lambda: compute("verl:grpo_vectorized", inp),
+            "verl:rloo": lambda: compute("verl:rloo", inp),
+            "verl:rloo_vectorized": lambda: compute("verl:rloo_vectorized", inp),
+        },
+        ROUNDS,
+    )
+    size = f"B{BG}_T{TG}"
+    for name in ("grpo", "rloo"):
+        theirs = t[f"verl_{name}_vectorized"]
+        out[f"{size}.verl_{name}_vectorized_s"] = round(theirs, 5)
+        for ours in (f"verl:{name}", f"verl:{name}_vectorized"):
+            out[f"{size}.{ours}.ours_s"] = round(t[ours], 5)
+            out[f"{size}.{ours}.speedup"] = round(theirs / t[ours], 2)
+
+
 def run() -> dict[str, Any]:
-    torch.set_num_threads(2)
+    # One thread: the trainers' Python loops run on one, and on a shared 2-core machine an op on
+    # two threads waits for both to be scheduled (bench/estimators.py shows both).
+    torch.set_num_threads(1)
     out: dict[str, Any] = {"load_average_1min_at_start": round(os.getloadavg()[0], 2)}
     inp, extra = _batch()
     out["policy_token_share"] = round(inp.mask.float().mean().item(), 3)
@@ -224,6 +266,8 @@ def run() -> dict[str, Any]:
         out[f"{name}.trainer_s"] = round(t["trainer"], 5)
         out[f"{name}.trainer_kind"] = kind
         out[f"{name}.speedup"] = round(t["trainer"] / t["ours"], 2)
+    if COMPARE:
+        _vectorised_at_scale(out)
     out["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
     return out
 

@@ -65,21 +65,31 @@ def broadcast(adv: Tensor, mask: Tensor, dtype: torch.dtype | None = None) -> Te
     return out if out.dtype == a.dtype else out.to(a.dtype)
 
 
+def _ramp(T: int, device: torch.device) -> Tensor:
+    """[T] 1 .. T in the narrowest integer type that holds T (a product with a 0/1 uint8 mask
+    stays that narrow)."""
+    dtype = torch.int16 if T < 2**15 else torch.int32
+    return torch.arange(1, T + 1, dtype=dtype, device=device)
+
+
 def last_policy(m: Tensor) -> Tensor:
     """[B] column of each row's last policy token (-1 for a row without one)."""
     B, T = m.shape
     if T == 0:
         return torch.full((B,), -1, dtype=torch.long, device=m.device)
-    # argmax over the reversed row finds the last True; rows without one give -1.
-    rev = torch.flip(m, (1,)).view(torch.uint8).argmax(1)
-    return torch.where(m.any(1), T - 1 - rev, -1)
+    # max over mask * (1 .. T): the last policy column + 1, or 0 for a row without one.
+    return (m.view(torch.uint8) * _ramp(T, m.device)).amax(1).long() - 1
 
 
 def response_span(m: Tensor) -> Tensor:
     """[B, T] bool: from each row's first to its last policy token, inclusive (the response as a
     trainer whose response mask covers tool output holds it); all False for a row without one."""
     B, T = m.shape
-    first = m.view(torch.uint8).argmax(1) if T else torch.zeros(B, dtype=torch.long)
+    if T == 0:
+        return m.clone()
+    ramp = _ramp(T, m.device)
+    u = m.view(torch.uint8)
+    first = T - (u * ramp.flip(0)).amax(1).long()  # T for a row without one: an empty span
     cols = torch.arange(T, device=m.device)
     return (cols >= first[:, None]) & (cols <= last_policy(m)[:, None])
 
