@@ -117,6 +117,7 @@ def run_audit(
         turn_ids=None if tid is None else torch.from_numpy(tid),
         last_value=torch.tensor(boot, dtype=torch.float64) if any_boot else None,
     )
+    drift, drift_lp, misaligned = token_findings_inputs(arrays, B, T)
     res = audit(
         inp,
         torch.from_numpy(adv),
@@ -125,6 +126,9 @@ def run_audit(
         logprobs=None if lp is None else torch.from_numpy(lp),
         rollout_logprobs=None if rlp is None else torch.from_numpy(rlp),
         icepop_window=STEP_LOSS_ICEPOP,
+        drift=drift,
+        drift_logprobs=drift_lp,
+        misaligned=misaligned,
     )
     Stats.computed += 1
     ref = res.reference
@@ -133,6 +137,54 @@ def run_audit(
         for b, n in enumerate(lens)
     ]
     return res.as_dict(), refs
+
+
+def token_meta(meta_json: str | None) -> dict[str, Any]:
+    """The meta keys the token findings read (``drift``, ``mask_misaligned``), parsed only when the
+    episode's meta JSON holds one."""
+    if not meta_json or ('"drift"' not in meta_json and '"mask_misaligned"' not in meta_json):
+        return {}
+    from app.core.arrays import json_loads
+
+    meta = json_loads(meta_json)
+    return {k: meta[k] for k in ("drift", "mask_misaligned") if k in meta}
+
+
+def _positions(value: Any) -> list[int]:
+    return (
+        [p for p in value if isinstance(p, int) and not isinstance(p, bool)]
+        if isinstance(value, list)
+        else []
+    )
+
+
+def token_findings_inputs(arrays: Sequence[EpisodeArrays], B: int, T: int) -> tuple[Any, Any, Any]:
+    """(drift [B, T] bool, its log-probs [B, T] float64, misaligned [B, T] bool) as torch tensors
+    from the episodes' ``meta.drift`` (each turn's ``at``: stored positions of sampled ids a later
+    prompt re-renders as others) and ``meta.mask_misaligned`` (``at``); None where no episode has
+    any. The log-probs are the lowest of the episode's ``logprobs`` and ``rollout_logprobs``."""
+    import torch
+
+    drift = np.zeros((B, T), dtype=bool)
+    mis = np.zeros((B, T), dtype=bool)
+    lp = np.full((B, T), np.nan)
+    for b, a in enumerate(arrays):
+        n = len(a.kinds)
+        turns = a.meta.get("drift") if isinstance(a.meta, dict) else None
+        for d in turns if isinstance(turns, list) else []:
+            at = [p for p in _positions(d.get("at") if isinstance(d, dict) else None) if 0 <= p < n]
+            drift[b, at] = True
+        bad = a.meta.get("mask_misaligned") if isinstance(a.meta, dict) else None
+        if isinstance(bad, dict):
+            mis[b, [p for p in _positions(bad.get("at")) if 0 <= p < n]] = True
+        rows = [x for x in (a.logprobs, a.rollout_logprobs) if x is not None and len(x) == n]
+        if rows and drift[b].any():
+            lp[b, :n] = np.fmin.reduce(rows) if len(rows) > 1 else rows[0]
+    return (
+        torch.from_numpy(drift) if drift.any() else None,
+        torch.from_numpy(lp) if drift.any() else None,
+        torch.from_numpy(mis) if mis.any() else None,
+    )
 
 
 def decorate(
@@ -204,6 +256,7 @@ def audit_file(data: bytes, *, fmt: str | None = None, filename: str | None = No
         row = prepare_episode(ep, episode=i + 1, line=line)  # the upload's validation: same 4xx messages
         # The prepared row, as the server's step audit reads it: native and array episodes alike.
         arrays.append(row_arrays(row))
+        arrays[-1].meta = token_meta(row["meta_json"])
         all_tids &= row["turn_ids"] is not None
     if not arrays:
         raise ApiError(422, "empty_upload", "the upload holds no episodes.")

@@ -62,6 +62,8 @@ class Diagnostics(TypedDict):
     useless_credit_share: float | None
     useless_credit_share_per_call: float | None
     credit_by_effect: dict[str, metrics.EffectCredit] | None
+    drift_episode_share: float | None
+    drift_token_share: float | None
 
 
 def histogram(scores: np.ndarray, bins: int = 10) -> Histogram:
@@ -80,11 +82,14 @@ def histogram(scores: np.ndarray, bins: int = 10) -> Histogram:
     return {"edges": edges.tolist(), "counts": counts.tolist()}
 
 
-def batch_diagnostics(rows: list[EpisodeSummary], turn_data: TurnData | None = None) -> Diagnostics:
+def batch_diagnostics(
+    rows: list[EpisodeSummary], turn_data: TurnData | None = None, policy_tokens: int | None = None
+) -> Diagnostics:
     """Diagnostics of one batch.
 
     turn_data: slug -> (kinds [T] uint8, turn_ids [T] int32) for episodes with ``meta.calls``
-    (None: the credit-by-effect figures are null)."""
+    (None: the credit-by-effect figures are null). policy_tokens: the batch's policy tokens, the
+    denominator of ``drift_token_share`` (None: that share is null when some episode drifts)."""
     slugs = [r.slug for r in rows]
     labels = [r.group for r in rows]
     scores = np.array([r.score for r in rows], dtype=np.float64)
@@ -114,7 +119,15 @@ def batch_diagnostics(rows: list[EpisodeSummary], turn_data: TurnData | None = N
         "useless_credit_share": None,
         "useless_credit_share_per_call": None,
         "credit_by_effect": None,
+        "drift_episode_share": None,
+        "drift_token_share": None,
     }
+    drifted = [
+        metrics.drift_tokens(json_loads(r.meta_json).get("drift")) for r in rows if '"drift"' in r.meta_json
+    ]
+    out["drift_episode_share"], out["drift_token_share"] = metrics.drift_shares(
+        sum(1 for n in drifted if n), len(rows), sum(drifted), policy_tokens
+    )
     if turn_data:
         shares = credit_by_effect(rows, scores, passed, labels, turn_data)
         if shares is not None:

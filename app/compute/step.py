@@ -140,7 +140,7 @@ def rows_diagnostics(rows: list[EpisodeRow], slugs: list[str]) -> Diagnostics | 
             kinds = row["kinds"]
             turns[slug] = (kinds, turn_ids_of(kinds == domain.POLICY, row["turn_ids"]))
     try:
-        return batch_diagnostics(summaries, turns or None)
+        return batch_diagnostics(summaries, turns or None, sum(int(row["n_policy"]) for row in rows))
     except DIAGNOSTICS_ERRORS:
         return None
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from app.compute.audit import decorate, run_audit
+from app.compute.audit import decorate, run_audit, token_meta
 from app.compute.episode_fields import row_arrays
 from app.core.rows import EpisodeRow
 from app.core.settings import Settings
@@ -42,6 +42,8 @@ def step_audit(rows: list[EpisodeRow], settings: Settings | None) -> StepAudit |
     if cells > (settings.audit_max_cells if settings is not None else DEFAULT_MAX_CELLS):
         return None
     arrays = [row_arrays(r) for r in rows]
+    for a, r in zip(arrays, rows, strict=True):  # meta.drift, meta.mask_misaligned
+        a.meta = token_meta(r["meta_json"])
     t0 = time.perf_counter()
     body, refs = run_audit(arrays, turn_ids=all(r["turn_ids"] is not None for r in rows))
     return StepAudit(body=body, refs=refs, seconds=time.perf_counter() - t0)

@@ -117,6 +117,8 @@ class StepMetrics:
         # beside the step's audit, app/compute/step.py), all in a few padded blocks.
         self.removed: dict[int, Removed] = {}
         self.deferred: list[int] = []
+        self.drifting = 0  # episodes whose meta.drift names re-rendered sampled tokens
+        self.drift_tokens = 0
 
     def add(self, row: EpisodeRow, ep: Source = None) -> None:
         # Per-token fields (the signals and the rest) come from the row when it has them, else from
@@ -166,6 +168,10 @@ class StepMetrics:
             d = g - values[policy]
             self.ev += (len(g), g.sum(), (g * g).sum(), d.sum(), (d * d).sum())
         meta_json = row["meta_json"] or ""
+        if '"drift"' in meta_json:
+            k = metrics.drift_tokens(json_loads(meta_json).get("drift"))
+            self.drifting += k > 0
+            self.drift_tokens += k
         if '"calls"' in meta_json and row["passed"]:
             self._add_calls(i, row, policy, meta_json)
 
@@ -219,6 +225,7 @@ class StepMetrics:
         scores = np.asarray(self.scores, dtype=np.float64)
         passed = np.asarray(self.passed, dtype=bool)
         zv = metrics.zero_variance(scores, self.labels, self.passed)
+        drift = metrics.drift_shares(self.drifting, B, self.drift_tokens, self.policy_tokens)
         return {
             "n_episodes": B,
             "pass_rate": metrics.pass_rate(passed),
@@ -241,6 +248,8 @@ class StepMetrics:
             "clip_fraction": metrics.removed_share(loss_abs[1], loss_abs[0]),
             "masked_fraction": metrics.removed_share(loss_abs[2], loss_abs[0]),
             "length_bias_slope": metrics.length_bias_slope(loss_len, loss_y),
+            "drift_episode_share": drift[0],
+            "drift_token_share": drift[1],
         }
 
     def _useless_credit(self, scores: np.ndarray, passed: np.ndarray) -> float | None:

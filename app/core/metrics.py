@@ -66,6 +66,7 @@ FIGURES = (
     Figure("credit", "Useless-credit share"),
     Figure("loss-removed", "Share of |A| the policy loss removes (training vs rollout log-probs)"),
     Figure("length-bias", "Length bias of the per-token loss weight"),
+    Figure("drift", "Token-in/token-out drift: sampled tokens the next prompt re-renders as others"),
 )
 
 # The policy loss a run step's loss metrics are computed under (app/compute/loss_view.py,
@@ -218,6 +219,24 @@ METRICS_LIST = (
         "policy tokens and sum |A| > 0, y_i = sum |w| / sum |A| over episode i's policy tokens (its "
         "per-token loss weight per unit |A|; the bypass PPO weights of clip_fraction); 0: no length "
         "bias, -1: weight falling like 1 / L (seq-mean-token-mean)",
+    ),
+    Metric(
+        "drift_episode_share",
+        "episodes with token drift",
+        "share",
+        "drift",
+        "share of episodes where a turn's prompt re-renders tokens the model sampled as other tokens "
+        "(token-in/token-out broken: meta.drift)",
+        legend="episodes",
+    ),
+    Metric(
+        "drift_token_share",
+        "policy tokens with drift",
+        "share",
+        "drift",
+        "share of policy tokens that a later prompt re-renders as other tokens (sum over meta.drift "
+        "of the sampled ids without a counterpart / policy tokens)",
+        legend="policy tokens",
     ),
 )
 
@@ -466,3 +485,26 @@ def length_bias_slope(
     if var <= 1e-12 * len(x):
         return None
     return float((dx * (y - y.mean())).sum() / var)
+
+
+def drift_tokens(drift: Any) -> int:
+    """How many sampled tokens an episode's ``meta.drift`` (a list of turns) says a later prompt
+    re-renders as other tokens; 0 for anything else."""
+    if not isinstance(drift, list):
+        return 0
+    n = 0
+    for d in drift:
+        if isinstance(d, dict):
+            at, differing = d.get("at"), d.get("differing")
+            n += len(at) if isinstance(at, list) else int(differing) if isinstance(differing, int) else 0
+    return n
+
+
+def drift_shares(
+    n_drifting: int, n_episodes: int, drifted_tokens: int, policy_tokens: int | None
+) -> tuple[float | None, float | None]:
+    """(share of episodes with drift, share of policy tokens with drift); None without episodes or,
+    for the token share, without the policy token count."""
+    eps = n_drifting / n_episodes if n_episodes else None
+    toks = drifted_tokens / policy_tokens if policy_tokens else (0.0 if eps == 0.0 else None)
+    return eps, toks

@@ -14,7 +14,7 @@ import numpy as np
 from sqlalchemy import case, func
 from sqlmodel import Session, col, select
 
-from app.compute.audit import decorate, marks_of, no_advantages, run_audit, too_big
+from app.compute.audit import decorate, marks_of, no_advantages, run_audit, token_meta, too_big
 from app.core import domain
 from app.core.arrays import F64, I32, EpisodeArrays, decode, json_dumps, json_loads, turn_ids_of
 from app.core.errors import ApiError, not_found
@@ -67,6 +67,7 @@ _COLUMNS: tuple[str, ...] = (
     "group",
 )
 _COLUMNS += ("truncated", "bootstrap_value", "logprobs", "rollout_logprobs")
+_COLUMNS += ("meta_json",)  # meta.drift and meta.mask_misaligned: the token findings
 
 
 def _load(session: Session, batch_id: int) -> tuple[list[int], list[str], list[EpisodeArrays], bool]:
@@ -102,6 +103,7 @@ def _load(session: Session, batch_id: int) -> tuple[list[int], list[str], list[E
                 group=row["group"],
                 truncated=row["truncated"],
                 bootstrap_value=row["bootstrap_value"],
+                meta=token_meta(row["meta_json"]),
             )
         )
     return ids, slugs, arrays, all_tids

@@ -5,14 +5,15 @@ one of its episodes is deleted (or, without a stored row, when the batch is read
 
 from __future__ import annotations
 
-from sqlmodel import Session
+from sqlalchemy import func
+from sqlmodel import Session, select
 
 from app.compute.diagnostics import DIAGNOSTICS_ERRORS, Diagnostics, TurnData, batch_diagnostics
 from app.core.arrays import json_dumps
 from app.core.schemas import EpisodeSummary
 from app.storage.codecs import episode_arrays
 from app.storage.episodes import batch_episodes, batch_summaries
-from app.storage.models import BatchStats
+from app.storage.models import BatchStats, Episode
 
 
 def turn_data(session: Session, batch_id: int, rows: list[EpisodeSummary]) -> TurnData | None:
@@ -33,7 +34,11 @@ def compute_batch_diagnostics(session: Session, batch_id: int) -> tuple[Diagnost
     """(diagnostics, episodes read) of a stored batch, from its summary columns (and the arrays of
     episodes with ``meta.calls`` only)."""
     rows = batch_summaries(session, batch_id)
-    return batch_diagnostics(rows, turn_data(session, batch_id, rows)), len(rows)
+    policy = None
+    if any('"drift"' in r.meta_json for r in rows):  # the denominator of drift_token_share
+        total = session.exec(select(func.sum(Episode.n_policy)).where(Episode.batch_id == batch_id)).one()
+        policy = int(total or 0)
+    return batch_diagnostics(rows, turn_data(session, batch_id, rows), policy), len(rows)
 
 
 def store_batch_diagnostics(session: Session, batch_id: int) -> None:

@@ -61,6 +61,11 @@ reward_on_non_policy_token             error     policy tokens changed by the mo
                                                  hold a nonzero reward: error when the best match
                                                  (closest fit) changes once they move onto the
                                                  policy token before them, warning otherwise
+retokenization_drift                   warning   (data, ``drift``) sampled tokens a later prompt
+                                                 re-renders as others; error when the upload's
+                                                 log-probs there are below -10
+mask_misaligned                        error     (data, ``misaligned``) tokens where the
+                                                 trainer's own mask does not fit its ids
 reward_dropped_before_tool_span        error     policy tokens changed by the reset at gaps
 truncated_as_terminated                error     policy tokens changed by the missing bootstrap
 zero_variance_group_nonzero_advantage  error     nonzero tokens of all-equal groups (no match)
@@ -158,6 +163,9 @@ def audit(
     rollout_logprobs: Tensor | None = None,
     icepop_window: str = ICEPOP_WINDOW,
     trainer: str | None = None,
+    drift: Tensor | None = None,
+    drift_logprobs: Tensor | None = None,
+    misaligned: Tensor | None = None,
 ) -> AuditResult:
     """Audit ``uploaded_advantages`` [B, T] (the trainer's own, as its loss sees them) against the
     registry's estimators and conventions on the padded batch ``inp``.
@@ -170,10 +178,15 @@ def audit(
     [B, T] (optional, both or neither): the training and rollout log-probs, for ``credit_clipped`` and
     ``credit_masked_by_rollout_correction`` (IcePop window ``icepop_window``, "lo_hi"). See the
     module docstring. ``trainer`` (a key of ``estimators.registry.TRAINERS``): the trainer the upload
-    names, whose dialect is named first among equally good matches.
+    names, whose dialect is named first among equally good matches. ``drift`` [B, T] bool (optional):
+    the sampled tokens a later prompt re-renders as other tokens (token-in/token-out broken), with
+    ``drift_logprobs`` [B, T] the upload's log-probs there (NaN: none), for
+    ``retokenization_drift``; ``misaligned`` [B, T] bool: tokens where the trainer's own loss or tool
+    mask does not fit its ids, for ``mask_misaligned``.
     """
     with one_thread():
         b = prepare(inp, uploaded_advantages, kinds, truncated)
+        b = replace(b, drift=drift, drift_lp=drift_logprobs, misaligned=misaligned)
         if logprobs is not None and rollout_logprobs is not None:
             shape = tuple(b.u.shape)
             if tuple(logprobs.shape) != shape or tuple(rollout_logprobs.shape) != shape:

@@ -42,6 +42,9 @@ class Batch:
     factors: tuple[str, ...] = WHITEN_FACTORS  # whiten_factor values worth searching
     lp: Tensor | None = None  # [B, T] float64 the training log-probs (``logprobs``), or None
     rlp: Tensor | None = None  # [B, T] float64 the rollout engine's log-probs, or None
+    drift: Tensor | None = None  # [B, T] bool sampled tokens a later prompt re-renders as others
+    drift_lp: Tensor | None = None  # [B, T] float64 the upload's lowest log-prob there (NaN: none)
+    misaligned: Tensor | None = None  # [B, T] bool tokens where the trainer's own mask does not fit
 
 
 def is_token(kinds: Tensor) -> Tensor:

@@ -123,6 +123,61 @@ def credit_on_non_policy_tokens(ctx: Context) -> list[dict[str, Any]]:
     ]
 
 
+# A log-prob below this at a re-rendered token: the trainer saw a token the model found improbable.
+IMPROBABLE_LOGPROB = -10.0
+
+
+def retokenization_drift(ctx: Context) -> list[dict[str, Any]]:
+    """Sampled tokens that a later turn's prompt re-renders as other tokens (token-in/token-out
+    broken: a trainer that reads the prompts trains on tokens the model never chose). A warning; an
+    error when the upload's log-probs there are below ``IMPROBABLE_LOGPROB``."""
+    b = ctx.b
+    if b.drift is None or not bool(b.drift.any()):
+        return []
+    mask = b.drift & is_token(b.kinds)
+    improbable = (
+        mask & (b.drift_lp < IMPROBABLE_LOGPROB) if b.drift_lp is not None else torch.zeros_like(mask)
+    )
+    n_imp = int(improbable.sum())
+    n_eps = int(mask.any(1).sum())
+    msg = (
+        f"{int(mask.sum())} sampled tokens in {n_eps} episodes are re-rendered as other tokens by a later "
+        "turn's prompt (the loop decodes and re-encodes them): a trainer that reads the prompts trains "
+        "on tokens the model never sampled"
+    )
+    if n_imp:
+        msg += f"; {n_imp} of them have a log-prob below {IMPROBABLE_LOGPROB:g}"
+    return [
+        finding(
+            "retokenization_drift",
+            "error" if n_imp else "warning",
+            msg,
+            improbable if n_imp else mask,
+            {"tokens": int(mask.sum()), "episodes": n_eps, "improbable_tokens": n_imp},
+        )
+    ]
+
+
+def mask_misaligned(ctx: Context) -> list[dict[str, Any]]:
+    """Tokens where the trainer's own loss or tool mask does not fit its ids (a mask longer or
+    shorter than the ids, or one that makes template or tool tokens trainable)."""
+    b = ctx.b
+    if b.misaligned is None or not bool(b.misaligned.any()):
+        return []
+    mask = b.misaligned & is_token(b.kinds)
+    n_eps = int(b.misaligned.any(1).sum())
+    return [
+        finding(
+            "mask_misaligned",
+            "error",
+            f"the trainer's own mask does not fit its tokens in {n_eps} episodes ({int(mask.sum())} "
+            "tokens): a mask longer or shorter than the ids, or template/tool tokens made trainable",
+            mask,
+            {"tokens": int(mask.sum()), "episodes": n_eps},
+        )
+    ]
+
+
 def _raw_with_rewards(b: Batch, c: Cand, r: Tensor) -> Tensor | None:
     """The raw advantages of configuration ``c`` on ``b`` with the rewards ``r`` instead (None when
     the configuration does not exist there, e.g. a moved reward that no longer moves)."""
@@ -484,6 +539,8 @@ Detector = Callable[[Context], list[dict[str, Any]]]
 DETECTORS: tuple[Detector, ...] = (
     credit_on_non_policy_tokens,
     reward_on_non_policy_token,
+    retokenization_drift,
+    mask_misaligned,
     bug_hypotheses,
     dialect_departures,
     convention_differs,
