@@ -1,0 +1,190 @@
+"""prime-rl token exports: ``token_exports/step_N/rank_R.jsonl`` (the trainer's
+``enable_token_export``), one JSON line per trained sample, written by every rank; a ``STABLE`` file
+lands in the step folder once all ranks flushed (``creditlens watch`` waits for it).
+
+A line holds the sample's scalars (``schema_version``, ``step``, ``export_step``, ``rank``,
+``micro_step``, ``micro_sequence_idx``, ``export_sequence_idx``, ``run_id``, ``env_name``, in schema
+2 also ``sample_id`` and ``preflight_only``; kept as meta) and one list per token field, all as long
+as ``token_ids``:
+
+* ``loss_mask`` (bool): true -> policy; false before the first trained token -> prompt, after it
+  -> tool (the environment's turns of a multi-turn sample);
+* ``advantages`` -> ``advantages`` (the scheme ``uploaded``, as the loss saw them);
+  ``trainer_logprobs`` -> ``logprobs``, ``inference_logprobs`` -> ``rollout_logprobs``,
+  ``entropy`` -> ``entropy``; ``rewards`` (per token, null when the trainer had none): the reward
+  is the value at the last trained token;
+* every other per-token field (``mismatch_kl``, ``importance_ratio``, ``log_importance_ratio``,
+  ``prob_delta``, ``is_masked``, ``is_masked_high``, ``is_masked_low``, ``temperatures``, the loss
+  term weights ``rl_weights``/``ce_weights``/``ref_kl_weights``/``sdpo_weights``, ...) is kept row
+  by row in ``meta.token_signals`` (booleans as 0/1, null where the trainer wrote null);
+* prime-rl writes ``null`` for a non-finite number. In the arrays the service computes with, such
+  an entry is 0 and ``meta.non_finite`` counts them per field;
+* schema 1's ``losses`` (per token, ``{loss: {advantage, mask}}``) is kept in meta as it is.
+
+A ``loss_mask`` longer or shorter than ``token_ids`` is kept: the missing entries are read as
+"not trained", and ``meta.mask_misaligned`` names the positions (the audit's ``mask_misaligned``).
+Any other per-token field of the wrong length is refused, naming it. Group: the hash of the prompt
+ids (the rollouts of one example share their prompt).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from app.core.schemas import EpisodeIn
+from app.ingest._common import Record, id_token, mask_kinds, scalar_meta, short_hash
+from app.ingest._document import Document
+from app.ingest._registry import register_format
+from app.ingest._tokenizer import TokenDecoder
+
+# Export field -> the native per-token field it becomes.
+NATIVE = {
+    "advantages": "advantages",
+    "trainer_logprobs": "logprobs",
+    "inference_logprobs": "rollout_logprobs",
+    "entropy": "entropy",
+}
+NOT_SIGNALS = {"token_ids", "loss_mask", "position_ids", "rewards", "losses", *NATIVE}
+
+
+def sniff(doc: Document) -> bool:
+    first = doc.first
+    return (
+        isinstance(first, dict)
+        and "schema_version" in first
+        and isinstance(first.get("token_ids"), list)
+        and "loss_mask" in first
+        and ("trainer_logprobs" in first or "inference_logprobs" in first)
+    )
+
+
+def _ids(rec: Record) -> list[int]:
+    ids = rec.obj.get("token_ids")
+    if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
+        raise rec.error(
+            "wrong_type", "field `token_ids` must be a list of token ids (integers).", "token_ids"
+        )
+    return ids
+
+
+def _mask(rec: Record, n: int) -> tuple[list[bool], dict[str, Any] | None]:
+    """The loss mask fitted to ``n`` ids, and the ``mask_misaligned`` meta when it does not fit."""
+    raw = rec.obj.get("loss_mask")
+    if not isinstance(raw, list) or not all(isinstance(x, (bool, int)) for x in raw):
+        raise rec.error("wrong_type", "field `loss_mask` must be a list of booleans.", "loss_mask")
+    mask = [bool(x) for x in raw[:n]] + [False] * (n - len(raw))
+    if len(raw) == n:
+        return mask, None
+    # Shorter: the ids past its end have no entry. Longer: the last ids are the ones its extra
+    # entries were meant for (a mask shifted by the difference).
+    at = list(range(len(raw), n)) if len(raw) < n else list(range(max(0, n - (len(raw) - n)), n))
+    return mask, {
+        "reason": f"`loss_mask` has {len(raw)} entries for {n} token ids",
+        "mask_length": len(raw),
+        "ids_length": n,
+        "at": at,
+    }
+
+
+def _numbers(rec: Record, name: str, n: int) -> tuple[list[float | None], int] | None:
+    """A per-token field as numbers (booleans 0/1, null kept), and how many entries are null."""
+    raw = rec.obj.get(name)
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise rec.error("wrong_type", f"field `{name}` must be a list with one entry per token.", name)
+    if len(raw) != n:
+        raise rec.error(
+            "length_mismatch", f"field `{name}` has {len(raw)} entries but `token_ids` has {n}.", name
+        )
+    out: list[float | None] = []
+    nulls = 0
+    for i, v in enumerate(raw):
+        if v is None:
+            nulls += 1
+            out.append(None)
+        elif isinstance(v, (int, float)) and math.isfinite(v):
+            out.append(float(v))
+        else:
+            raise rec.error("wrong_type", f"field `{name}` entry {i} is {v!r}; expected a number.", name)
+    return out, nulls
+
+
+def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> EpisodeIn:
+    obj = rec.obj
+    if not isinstance(obj, dict):
+        raise rec.error("wrong_type", "expected a JSON object with `token_ids` and `loss_mask`.")
+    ids = _ids(rec)
+    n = len(ids)
+    mask, misaligned = _mask(rec, n)
+    kinds = mask_kinds(mask)
+    meta: dict[str, Any] = scalar_meta(obj, set())
+    if misaligned is not None:
+        meta["mask_misaligned"] = misaligned
+    fields: dict[str, list[float] | None] = {}
+    non_finite: dict[str, int] = {}
+    for src, dst in NATIVE.items():
+        got = _numbers(rec, src, n)
+        if got is None or all(v is None for v in got[0]):
+            fields[dst] = None
+            continue
+        row, nulls = got
+        fields[dst] = [0.0 if v is None else v for v in row]
+        if nulls:
+            non_finite[src] = nulls
+    signals: dict[str, list[float | None]] = {}
+    for name, value in obj.items():
+        if name in NOT_SIGNALS or not isinstance(value, list):
+            continue
+        if value and all(isinstance(v, list) or v is None for v in value):
+            continue  # top-k rows (sdpo_*_topk_*): not one number per token
+        got = _numbers(rec, name, n)
+        if got is not None and any(v is not None for v in got[0]):
+            signals[name] = got[0]
+    if signals:
+        meta["token_signals"] = signals
+    if isinstance(obj.get("losses"), list):
+        meta["losses"] = obj["losses"]
+    if non_finite:
+        meta["non_finite"] = non_finite
+    rewards = _numbers(rec, "rewards", n)
+    trained = [i for i, m in enumerate(mask) if m]
+    reward = None
+    if rewards is not None and trained:
+        reward = rewards[0][trained[-1]]
+    special = None
+    if tokenizer is not None:
+        tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
+    else:
+        tokens = [id_token(i) for i in ids]
+    if special:
+        meta["special_tokens"] = special
+    first = trained[0] if trained else n
+    return EpisodeIn.model_construct(
+        tokens=tokens,
+        kinds=kinds,
+        reward=reward,
+        token_ids=ids,
+        group=short_hash(",".join(map(str, ids[:first]))),
+        meta=meta,
+        advantages=fields["advantages"],
+        logprobs=fields["logprobs"],
+        rollout_logprobs=fields["rollout_logprobs"],
+        entropy=fields["entropy"],
+    )
+
+
+register_format(
+    name="prime_rl_tokens",
+    description=(
+        "prime-rl token exports (token_exports/step_N/rank_R.jsonl: token_ids, loss_mask, advantages, "
+        "trainer/inference logprobs, entropy, mismatch_kl, importance_ratio, is_masked, loss weights)"
+    ),
+    priority=14,
+    sniff=sniff,
+    record=episode_from_record,
+    takes_tokenizer=True,
+)

@@ -1,0 +1,102 @@
+"""prime-rl token exports (``token_exports/step_N/rank_R.jsonl``) uploaded to the real app without
+naming a format.
+
+No public export file exists (they are run outputs): the examples in
+fixtures/formats/prime_rl_tokens/ are written by make_example.py beside them from prime-rl's
+exporter (src/prime_rl/trainer/rl/token_export.py of PrimeIntellect-ai/prime-rl, schema 1, and the
+schema-2 fields of its later versions): one line per trained sample, null for a non-finite number,
+the derived fields computed as the exporter computes them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.app.ingest.fmt_helpers import example, lines, pick, refused, stored, upload, uploaded_advantages
+
+R0, R1 = "prime_rl_tokens/rank_0.jsonl", "prime_rl_tokens/rank_1.jsonl"
+
+
+def test_a_rank_file_every_per_token_field(client):
+    rows = lines(R0)
+    batch, eps = stored(client, "rank_0.jsonl", example(R0))
+    assert batch["source"] == "upload:prime_rl_tokens" and len(eps) == 2
+    a, b = eps
+    row = rows[0]
+    assert a["token_ids"] == row["token_ids"]
+    # loss_mask: prompt until the first trained id, the untrained ids between turns are tool.
+    assert a["kinds"] == ["prompt"] * 4 + ["policy"] * 3 + ["tool"] * 2 + ["policy"] * 2
+    assert a["logprobs"] == row["trainer_logprobs"] and a["rollout_logprobs"] == row["inference_logprobs"]
+    assert a["entropy"] == row["entropy"]
+    assert uploaded_advantages(client, a["slug"]) == row["advantages"]
+    assert a["reward"] == 1.0 and b["reward"] == 0.0  # `rewards` at the last trained token
+    assert a["group"] == b["group"]  # one prompt, two rollouts
+    sig = a["meta"]["token_signals"]
+    # The exporter's own arithmetic at position 5 (trainer -0.9, inference -0.3):
+    # importance_ratio = exp(-0.6) = 0.5488, mismatch_kl = 0.5488 + 0.6 - 1 = 0.1488,
+    # prob_delta = exp(-0.9) - exp(-0.3) = 0.4066 - 0.7408 = -0.3343 (< -0.2 but A > 0: not masked).
+    assert sig["importance_ratio"][5] == pytest.approx(math.exp(-0.6))
+    assert sig["mismatch_kl"][5] == pytest.approx(math.exp(-0.6) + 0.6 - 1)
+    assert sig["prob_delta"][5] == pytest.approx(math.exp(-0.9) - math.exp(-0.3))
+    assert sig["is_masked"] == [float(x) for x in row["is_masked"]]
+    assert sig["rl_weights"] == row["rl_weights"]
+    assert "ce_weights" not in sig and "sdpo_weights" not in sig  # null columns: nothing to show
+    assert a["meta"]["env_name"] == "calc" and a["meta"]["sample_id"] == "ex7-0"
+    assert "mask_misaligned" not in a["meta"]
+
+
+def test_a_step_of_two_ranks_and_its_audit(client):
+    _, eps = stored(client, "step_3.jsonl", example(R0) + example(R1))
+    assert [e["meta"]["rank"] for e in eps] == [0, 0, 1]
+    r = client.get(f"/api/batches/{eps[0]['batch_id']}/audit")
+    assert r.status_code == 200, r.text
+    codes = {f["code"] for f in r.json()["findings"]}
+    assert "mask_misaligned" not in codes and "retokenization_drift" not in codes
+
+
+def test_schema_1_nulls_and_losses(client):
+    [row] = lines(R1)
+    _, [ep] = stored(client, "rank_1.jsonl", example(R1))
+    assert ep["reward"] is None  # every `rewards` entry null
+    assert ep["entropy"] == [0.0, 0.9, 0.8, 0.5, 0.4, 0.0] and ep["meta"]["non_finite"] == {"entropy": 1}
+    assert ep["meta"]["losses"] == row["losses"]
+
+
+@pytest.mark.parametrize(
+    "mask, at",
+    [
+        # 4 entries for 6 ids: positions 4 and 5 have none (read as not trained).
+        ([False, False, False, True], [4, 5]),
+        # 8 entries for 6 ids: the mask is 2 longer, its last 2 ids are the ones in doubt.
+        ([False, False, False, False, False, True, True, True], [4, 5]),
+    ],
+)
+def test_a_mask_that_does_not_fit_is_kept_and_audited(client, mask, at):
+    [row] = lines(R1)
+    row["loss_mask"] = mask
+    _, [ep] = stored(client, "rank_1.jsonl", json.dumps(row))
+    bad = ep["meta"]["mask_misaligned"]
+    assert bad["at"] == at and bad["mask_length"] == len(mask) and bad["ids_length"] == 6
+    f = {x["code"]: x for x in client.get(f"/api/batches/{ep['batch_id']}/audit").json()["findings"]}
+    assert f["mask_misaligned"]["tokens"] == [[0, p] for p in at]
+
+
+def test_a_field_of_the_wrong_length_is_refused(client):
+    [row] = lines(R1)
+    row["importance_ratio"] = row["importance_ratio"][:-1]
+    err = refused(client, "rank_1.jsonl", json.dumps(row))
+    assert err["code"] == "length_mismatch" and err["field"] == "importance_ratio" and err["line"] == 1
+
+
+def test_a_rank_file_cut_mid_line(client):
+    data = example(R0)
+    cut = data[: data.index(b"\n") + 40]  # the second line is still being written
+    r = upload(client, "rank_0.jsonl", cut)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "bad_json" and r.json()["error"]["line"] == 2
+
+
+def test_tokenizer_free_ids_are_shown_as_ids(client):
+    _, [ep] = stored(client, "rank_1.jsonl", example(R1))
+    assert pick(ep, "policy") == ["⟨50⟩", "⟨51⟩", "⟨2⟩"]
