@@ -279,6 +279,12 @@ class RunIn(BaseModel):
         description="thin older steps: once a newer step is stored, only steps that are multiples of "
         "keep_every keep their episodes (their metrics stay). Default: no thinning.",
     )
+    trainer: str | None = Field(
+        None,
+        description="the trainer whose advantages the steps carry: verl, trl, openrlhf, skyrl, areal, nemo_rl, "
+        "prime_rl or slime (GET /api/trainers); `config` then says which of its estimators ran (its "
+        "adv_estimator / advantage_estimator key, gamma and lambda). Kept in the run's config as `trainer`.",
+    )
     protocol: int | None = Field(
         None,
         description="the client's wire protocol version (none: 1; the X-Creditlens-Protocol header says the "

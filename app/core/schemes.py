@@ -115,6 +115,14 @@ def reads_of(name: str) -> tuple[str, ...]:
     return get(name).reads
 
 
+def reference_of(name: str) -> str | None:
+    """The reference estimator a trainer's dialect is compared with (its ``reference``), or None."""
+    from estimators import available
+
+    spec = available().get(name)
+    return None if spec is None else spec.reference
+
+
 def default_schemes(have: Collection[str]) -> list[str]:
     """The default view's schemes for an episode that has the inputs ``have``: the first
     len(DEFAULT_SCHEMES) of DEFAULT_SCHEMES + DEFAULT_FILL whose reads it has."""

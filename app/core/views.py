@@ -6,7 +6,7 @@ state). static/episode.js writes the same canonical query when the user changes 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -49,16 +49,23 @@ def fmt_num(x: float) -> str:
 UPLOADED_ROWS = ("uploaded", "audit_reference", "audit_diff")
 
 
-def default_rows(have: Collection[str]) -> list[str]:
+def default_rows(have: Collection[str], trainer_rows: Sequence[str] = ()) -> list[str]:
     """The rows of a link without ``scheme=`` for an episode with the inputs ``have``: the
-    trainer's advantages and the audit's reference when uploaded, else sc.default_schemes."""
-    return list(UPLOADED_ROWS) if "advantages" in have else sc.default_schemes(have)
+    trainer's advantages and the audit's reference when uploaded, else sc.default_schemes.
+    ``trainer_rows``: the named trainer's dialect and its reference (app/core/trainers.py), shown
+    right under the upload (those whose inputs the episode has), before the audit's difference."""
+    if "advantages" not in have:
+        return sc.default_schemes(have)
+    mine = [r for r in trainer_rows if set(sc.reads_of(r)) <= set(have)]
+    if mine:
+        return ["uploaded", *mine, "audit_diff"]
+    return list(UPLOADED_ROWS)
 
 
 # The query's keys in canonical order: (key, attribute, kind, gate). Python writes the query from
 # this list and the pages' scripts from the same list (the page state carries it: static/util.js
 # viewPairs), so the two cannot drift. kind: "list" (comma-joined), "num" (fmt_num), "str", "int",
-# "flag" ("1", absent when false). gate: "always"; "page" (a page-only key, absent from the API's
+# "flag" ("1", absent when false), "params" (a dict written as its own keys, in order). gate: "always"; "page" (a page-only key, absent from the API's
 # query, and absent when unset); "set" (absent when unset: empty, false, None); "row:NAME" (only
 # while that row is shown, so older links stay canonical).
 QUERY_KEYS: tuple[tuple[str, str, str, str], ...] = (
@@ -72,6 +79,7 @@ QUERY_KEYS: tuple[tuple[str, str, str, str], ...] = (
     ("agg", "agg", "str", "row:loss_weights"),
     ("rollout_is", "rollout_is", "str", "row:loss_weights"),
     ("rollout_is_threshold", "rollout_is_threshold", "str", "row:loss_weights"),
+    ("loss_params", "loss_params", "params", "row:loss_weights"),
     ("bypass", "bypass", "flag", "row:loss_weights"),
     ("open", "open", "list", "page"),
     ("tok", "tok", "int", "page"),
@@ -101,11 +109,15 @@ class EpisodeView:
     signals: list[str] = field(default_factory=list)
     # The `loss_weights` row's loss x aggregation x correction (app/compute/loss_view.py); in the
     # query only when that row is shown, so older links stay canonical.
-    # The defaults are the default loss's (app/core/losses.py, from the loss registry).
+    # The defaults are the default loss's (app/core/losses.py, from the loss registry). agg,
+    # rollout_is, rollout_is_threshold: verl's controls, None for a loss that does not take them;
+    # loss_params: the chosen loss's other controls (another trainer's: importance_sampling_level,
+    # loss_agg_mode, loss_reduction, ...) as the URL writes them.
     loss: str = ls.DEFAULT_LOSS
-    agg: str = field(default_factory=lambda: ls.default_text("agg"))
-    rollout_is: str = field(default_factory=lambda: ls.default_text("rollout_is"))
-    rollout_is_threshold: str = field(default_factory=lambda: ls.default_text("rollout_is_threshold"))
+    agg: str | None = field(default_factory=lambda: ls.default_text("agg"))
+    rollout_is: str | None = field(default_factory=lambda: ls.default_text("rollout_is"))
+    rollout_is_threshold: str | None = field(default_factory=lambda: ls.default_text("rollout_is_threshold"))
+    loss_params: dict[str, str] = field(default_factory=dict)
     bypass: bool = False
 
     @classmethod
@@ -114,6 +126,7 @@ class EpisodeView:
         q: dict[str, str],
         known: set[str] | None = None,
         inputs: Callable[[str], Collection[str]] | None = None,
+        trainer_rows: Sequence[str] = (),
     ) -> EpisodeView:
         """Parse a query string, silently replacing malformed values with defaults (a link
         never 500s); scheme names are filtered against ``known`` when given.
@@ -125,7 +138,7 @@ class EpisodeView:
         view = cls._parse(q, known)
         if inputs is not None:
             if q.get("scheme") is None:
-                view.schemes = default_rows(inputs(view.critic))
+                view.schemes = default_rows(inputs(view.critic), trainer_rows)
             elif q.get("critic") is None and view.needs_critic_fallback(inputs):
                 view.critic = sc.NO_CRITIC
         return view
@@ -156,6 +169,8 @@ class EpisodeView:
             name = name.strip()
             if name in SIGNAL_ROWS and name not in signals:
                 signals.append(name)
+        loss = ls.canonical(_choice(q.get("loss"), ls.loss_names(), ls.DEFAULT_LOSS))
+        verl, own = ls.view_params(loss, q)
         return cls(
             schemes=schemes,
             gamma=_float(q.get("gamma"), sc.DEFAULT_GAMMA, 0.0, 1.0),
@@ -166,10 +181,11 @@ class EpisodeView:
             tok=int(tok_raw) if tok_raw.isdigit() else None,
             chart=q.get("chart") == "1",
             signals=signals,
-            loss=ls.canonical(_choice(q.get("loss"), ls.episode_losses(), ls.DEFAULT_LOSS)),
-            agg=_choice(q.get("agg"), ls.choices("agg"), ls.default_text("agg")),
-            rollout_is=_choice(q.get("rollout_is"), ls.choices("rollout_is"), ls.default_text("rollout_is")),
-            rollout_is_threshold=ls.threshold_or_default(q.get("rollout_is_threshold")),
+            loss=loss,
+            agg=verl["agg"],
+            rollout_is=verl["rollout_is"],
+            rollout_is_threshold=verl["rollout_is_threshold"],
+            loss_params=own,
             bypass=q.get("bypass") == "1",
         )
 
@@ -187,7 +203,7 @@ class EpisodeView:
         out: list[tuple[str, str]] = []
         for key, attr, kind, gate in QUERY_KEYS:
             x = getattr(self, attr)
-            unset = x is None or x is False or (isinstance(x, list) and not x)
+            unset = x is None or x is False or (isinstance(x, list | dict) and not x)
             if (gate == "page" and api) or (gate != "always" and unset):
                 continue
             if gate.startswith("row:") and gate[4:] not in self.schemes:
@@ -198,6 +214,8 @@ class EpisodeView:
                 out.append((key, fmt_num(x)))
             elif kind == "flag":
                 out.append((key, "1"))
+            elif kind == "params":
+                out.extend((k, str(v)) for k, v in x.items())
             else:
                 out.append((key, str(x)))
         return out

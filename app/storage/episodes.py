@@ -16,7 +16,7 @@ from app.core.arrays import F64, decode, json_loads
 from app.core.domain import POLICY
 from app.core.errors import not_found
 from app.core.schemas import EpisodeScore, EpisodeSummary
-from app.storage.models import Episode
+from app.storage.models import Batch, Episode
 
 
 def batch_episodes(session: Session, batch_id: int) -> list[Episode]:
@@ -136,6 +136,20 @@ def batch_cells(session: Session, batch_id: int) -> int:
     """The batch's tokens over all its episodes (a budget check before reading their arrays)."""
     stmt = select(func.sum(Episode.n_tokens)).where(Episode.batch_id == batch_id)
     return int(session.execute(stmt).scalar_one() or 0)
+
+
+def episode_trainer_by_slug(session: Session, slug: str) -> tuple[str | None, dict[str, Any]]:
+    """(the trainer the episode's batch names, the configuration kept with it) from the batch's
+    meta (app/core/trainers.py); (None, {}) when it names none."""
+    row = session.execute(
+        sa_select(col(Batch.meta_json))
+        .join(Episode, col(Episode.batch_id) == col(Batch.id))
+        .where(col(Episode.slug) == slug)
+    ).first()
+    meta = json_loads(row[0] or "{}") if row is not None else {}
+    trainer = meta.get("trainer") if isinstance(meta, dict) else None
+    config = meta.get("trainer_config") if isinstance(meta, dict) else None
+    return (trainer if isinstance(trainer, str) else None), (config if isinstance(config, dict) else {})
 
 
 def episode_inputs_by_slug(session: Session, slug: str) -> Callable[[str], frozenset[str]] | None:

@@ -77,6 +77,12 @@ def create_run(
     return run, token
 
 
+def run_config(run: Run) -> dict[str, Any]:
+    """The run's configuration as stored (``trainer`` among its keys when the run names one)."""
+    cfg = json_loads(run.config_json or "{}")
+    return cfg if isinstance(cfg, dict) else {}
+
+
 def get_run(session: Session, run_id: int) -> Run | None:
     return row_by_id(session, Run, run_id)
 

@@ -181,7 +181,14 @@ _ADV = "--algo.advantage.estimator"
 
 
 def _reg(
-    name: str, label: str, description: str, kind: str, reads: tuple[str, ...], params: dict[str, object]
+    name: str,
+    label: str,
+    description: str,
+    kind: str,
+    reads: tuple[str, ...],
+    params: dict[str, object],
+    reference: str | None = None,
+    departs: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., EstimatorOutput]], Callable[..., EstimatorOutput]]:
     return register(
         f"{TRAINER}:{name}",
@@ -192,6 +199,8 @@ def _reg(
         params=params,
         trainer=TRAINER,
         version=VERSION,
+        reference=reference,
+        departs=departs,
     )
 
 
@@ -204,6 +213,8 @@ def _reg(
     "token",
     ("rewards", "values"),
     {"no_std_norm": False, "clip_range": CLIP_RANGE},
+    reference="token_gae",
+    departs=("gae_through_tool_spans",),
 )
 def _openrlhf_gae(
     inp: EstimatorInput, no_std_norm: bool = False, clip_range: tuple[float, float] | None = CLIP_RANGE
@@ -219,6 +230,7 @@ def _openrlhf_gae(
     "token",
     ("rewards",),
     {"no_std_norm": False, "clip_range": CLIP_RANGE},
+    reference="returns",
 )
 def _openrlhf_reinforce(
     inp: EstimatorInput, no_std_norm: bool = False, clip_range: tuple[float, float] | None = CLIP_RANGE
@@ -234,6 +246,7 @@ def _openrlhf_reinforce(
     "outcome",
     ("rewards", "groups"),
     {"clip_range": CLIP_RANGE},
+    reference="rloo",
 )
 def _openrlhf_rloo(
     inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
@@ -249,6 +262,7 @@ def _openrlhf_rloo(
     "outcome",
     ("rewards", "groups"),
     {"no_std_norm": False, "clip_range": CLIP_RANGE},
+    reference="reinforce_plus_plus_baseline",
 )
 def _openrlhf_rfb(
     inp: EstimatorInput, no_std_norm: bool = False, clip_range: tuple[float, float] | None = CLIP_RANGE
@@ -264,6 +278,7 @@ def _openrlhf_rfb(
     "outcome",
     ("rewards", "groups"),
     {"clip_range": CLIP_RANGE},
+    reference="grpo",
 )
 def _openrlhf_group_norm(
     inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
@@ -279,6 +294,7 @@ def _openrlhf_group_norm(
     "outcome",
     ("rewards", "groups"),
     {"clip_range": CLIP_RANGE},
+    reference="dr_grpo",
 )
 def _openrlhf_dr_grpo(
     inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE

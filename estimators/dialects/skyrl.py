@@ -58,6 +58,8 @@ EPS = 1e-6
     reads=("rewards", "values"),
     trainer=TRAINER,
     version=VERSION,
+    reference="token_gae",
+    departs=("gae_through_tool_spans",),
 )
 def _skyrl_gae(inp: EstimatorInput) -> EstimatorOutput:
     if inp.values is None:
@@ -85,6 +87,8 @@ def _skyrl_gae(inp: EstimatorInput) -> EstimatorOutput:
     kind="token",
     trainer=TRAINER,
     version=VERSION,
+    reference="reinforce_plus_plus",
+    departs=("gae_through_tool_spans",),
 )
 def _skyrl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
     m = policy(inp)
@@ -140,6 +144,7 @@ def _outcome(inp: EstimatorInput, adv: Tensor) -> EstimatorOutput:
     params={"grpo_norm_by_std": True},
     trainer=TRAINER,
     version=VERSION,
+    reference="grpo",
 )
 def _skyrl_grpo(inp: EstimatorInput, grpo_norm_by_std: bool = True) -> EstimatorOutput:
     s = _scores(inp)
@@ -159,6 +164,7 @@ def _skyrl_grpo(inp: EstimatorInput, grpo_norm_by_std: bool = True) -> Estimator
     reads=("rewards", "groups"),
     trainer=TRAINER,
     version=VERSION,
+    reference="rloo",
 )
 def _skyrl_rloo(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)

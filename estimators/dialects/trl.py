@@ -94,6 +94,7 @@ def advantages(inp: EstimatorInput, scale_rewards: str | bool = "group") -> Tens
     params={"scale_rewards": "group"},
     trainer="trl",
     version=VERSION,
+    reference="grpo",
 )
 def _trl_grpo(inp: EstimatorInput, scale_rewards: str | bool = "group") -> EstimatorOutput:
     adv = advantages(inp, scale_rewards)

@@ -106,6 +106,8 @@ def _reg(
     reads: tuple[str, ...] = ("rewards", "groups"),
     may_read: tuple[str, ...] = (),
     params: dict[str, Any] | None = None,
+    reference: str | None = None,
+    departs: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., EstimatorOutput]], Callable[..., EstimatorOutput]]:
     return register(
         f"{TRAINER}:{name}",
@@ -118,6 +120,8 @@ def _reg(
         verl_name=name,
         trainer=TRAINER,
         version=VERSION,
+        reference=reference,
+        departs=departs,
     )
 
 
@@ -132,6 +136,8 @@ def _reg(
     "batch's policy tokens (N/(N-1) in float32).",
     "token",
     reads=("rewards", "values"),
+    reference="token_gae",
+    departs=("reward_on_masked_position_dropped",),
 )
 def _verl_gae(inp: EstimatorInput) -> EstimatorOutput:
     if inp.values is None:
@@ -147,6 +153,8 @@ def _verl_gae(inp: EstimatorInput) -> EstimatorOutput:
     "discount, a reward on a mask-0 position dropped), whitened over the batch's policy tokens.",
     "token",
     reads=("rewards",),
+    reference="reinforce_plus_plus",
+    departs=("reward_on_masked_position_dropped",),
 )
 def _verl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
     m = policy(inp)
@@ -162,6 +170,7 @@ def _verl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
     "token",
     reads=("rewards",),
     may_read=("reward_baselines",),
+    reference="remax",
 )
 def _verl_remax(inp: EstimatorInput) -> EstimatorOutput:
     m = policy(inp)
@@ -188,6 +197,7 @@ def _otb_inputs(inp: EstimatorInput) -> tuple[Tensor, Tensor]:
     "token",
     reads=("rewards", "logprobs"),
     may_read=("groups", "sum_pi_squared"),
+    reference="optimal_token_baseline",
 )
 def _verl_otb(inp: EstimatorInput) -> EstimatorOutput:
     lp, spp = _otb_inputs(inp)
@@ -203,6 +213,7 @@ def _verl_otb(inp: EstimatorInput) -> EstimatorOutput:
     "token",
     reads=("rewards", "logprobs"),
     may_read=("groups", "sum_pi_squared"),
+    reference="tir_optimal_token_baseline",
 )
 def _verl_tir(inp: EstimatorInput) -> EstimatorOutput:
     lp, spp = _otb_inputs(inp)
@@ -220,6 +231,8 @@ def _verl_tir(inp: EstimatorInput) -> EstimatorOutput:
     "mean, over the unbiased std + 1e-6 (norm_adv_by_std_in_grpo); a group of one: s / (1 + 1e-6).",
     "outcome",
     params={"norm_adv_by_std_in_grpo": True},
+    reference="grpo",
+    departs=("rejected_rows_in_baseline",),
 )
 def _verl_grpo(inp: EstimatorInput, norm_adv_by_std_in_grpo: bool = True) -> EstimatorOutput:
     return _outcome(inp, _grpo_scalars(_scores(inp), inp, norm_adv_by_std_in_grpo))
@@ -232,6 +245,8 @@ def _verl_grpo(inp: EstimatorInput, norm_adv_by_std_in_grpo: bool = True) -> Est
     "float64 scores can get a nonzero advantage); always divides by the std (the trainer passes no "
     "flag); a group of one: s / (1 + 1e-6).",
     "outcome",
+    reference="grpo",
+    departs=("rejected_rows_in_baseline",),
 )
 def _verl_grpo_vec(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)
@@ -259,6 +274,8 @@ def _verl_grpo_vec(inp: EstimatorInput) -> EstimatorOutput:
     "verl's rloo: the whole row's reward sum minus the mean of the others in its group; a group of "
     "one keeps its score (rloo_vectorized gives it 0).",
     "outcome",
+    reference="rloo",
+    departs=("rejected_rows_in_baseline", "singleton_twins_differ"),
 )
 def _verl_rloo(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)
@@ -274,6 +291,8 @@ def _verl_rloo(inp: EstimatorInput) -> EstimatorOutput:
     "verl's rloo_vectorized: (c s - group sum) / (c - 1) on the whole row's reward sums; a group "
     "of one gets 0 (verl's rloo keeps the score).",
     "outcome",
+    reference="rloo",
+    departs=("rejected_rows_in_baseline", "singleton_twins_differ"),
 )
 def _verl_rloo_vec(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)
@@ -289,6 +308,8 @@ def _verl_rloo_vec(inp: EstimatorInput) -> EstimatorOutput:
     "verl's reinforce_plus_plus_baseline: the whole row's reward sum minus the group mean (a group "
     "of one: mean 0) on every policy token, whitened over the batch's policy tokens.",
     "outcome",
+    reference="reinforce_plus_plus_baseline",
+    departs=("rejected_rows_in_baseline",),
 )
 def _verl_rfpp_baseline(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)
@@ -303,6 +324,7 @@ def _verl_rfpp_baseline(inp: EstimatorInput) -> EstimatorOutput:
     "verl's OPO: the whole row's reward sum minus its group's length-weighted mean (lengths = "
     "policy tokens); a group of one: baseline 0.",
     "outcome",
+    reference="opo",
 )
 def _verl_opo(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)
@@ -322,6 +344,7 @@ def _verl_opo(inp: EstimatorInput) -> EstimatorOutput:
     "verl's GPG: alpha (the whole row's reward sum minus the group mean), alpha = B / (rows with a "
     "nonzero sum) as a float32 division; a group of one: mean 0.",
     "outcome",
+    reference="gpg",
 )
 def _verl_gpg(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)
@@ -337,6 +360,7 @@ def _verl_gpg(inp: EstimatorInput) -> EstimatorOutput:
     "+ 1e-6 with norm_adv_by_std_in_grpo), on the whole row's reward sums; a group of one is refused.",
     "outcome",
     params={"norm_adv_by_std_in_grpo": True},
+    reference="grpo_passk",
 )
 def _verl_passk(inp: EstimatorInput, norm_adv_by_std_in_grpo: bool = True) -> EstimatorOutput:
     s = _scores(inp)
@@ -349,6 +373,7 @@ def _verl_passk(inp: EstimatorInput, norm_adv_by_std_in_grpo: bool = True) -> Es
     "verl's gdpo with one reward component (the row's rewards): GRPO on the whole row's reward sums "
     "(always over the std: the trainer passes no flag), then whitened over the batch's policy tokens.",
     "outcome",
+    reference="grpo",
 )
 def _verl_gdpo(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)

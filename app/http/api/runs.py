@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
 
 from app.core import urls
 from app.core.arrays import json_loads
@@ -23,6 +24,7 @@ from app.core.schemas import (
     RunSummaryOut,
     StepUploadOut,
 )
+from app.core.trainers import check_trainer
 from app.http.api._json import dumps, json_response
 from app.http.api.batches import _iso
 from app.http.api.deps import client_protocol, require_write, stored_id
@@ -70,6 +72,12 @@ def _step_exists(run_id: int | str, step: int) -> ApiError:
     )
 
 
+def _config_trainer(config: dict[str, Any]) -> str | None:
+    """A config's own ``trainer`` key (a client that sends only its config)."""
+    t = config.get("trainer")
+    return t if isinstance(t, str) else None
+
+
 @router.post(
     urls.API_RUNS,
     status_code=201,
@@ -85,7 +93,9 @@ def create_run(body: RunIn, request: Request, session: SessionDep) -> Response:
     this server's is a 400 naming both."""
     check_protocol(body.protocol, "protocol")
     visibility = body.visibility or request.app.state.settings.default_visibility
-    run, token = rs.create_run(session, body.name, body.config, visibility, body.keep, body.keep_every)
+    trainer = check_trainer(body.trainer or _config_trainer(body.config), "trainer")
+    config = {**body.config, "trainer": trainer} if trainer else body.config
+    run, token = rs.create_run(session, body.name, config, visibility, body.keep, body.keep_every)
     ref = rs.run_ref(run)
     out = {"id": run.id, "ref": ref, "url": urls.run(ref), "api_url": urls.api_run(ref)}
     out.update(delete_token=token, visibility=run.visibility)
@@ -129,19 +139,63 @@ def get_runs(
 COMPARE_MAX = 8
 
 
-def _compare_refs(runs: str | None) -> list[str]:
-    refs = [r.strip() for r in (runs or "").split(",") if r.strip()]
+def compare_refs(session: Session, runs: str | None) -> list[str]:
+    """The runs ``runs=`` names, split at its commas except inside a run's name ("a, b" when a
+    public run has that name: the longest name that matches wins)."""
+    parts = (runs or "").split(",")
+    if len(parts) > 8 * COMPARE_MAX:
+        parts = parts[: 8 * COMPARE_MAX + 1]  # far too many either way: the count check says so
+    refs: list[str] = []
+    i = 0
+    while i < len(parts):
+        j = next(
+            (
+                j
+                for j in range(len(parts), i + 1, -1)
+                if rs.count_runs(session, name=",".join(parts[i:j]).strip())
+            ),
+            i + 1,
+        )
+        ref = ",".join(parts[i:j]).strip()
+        if ref:
+            refs.append(ref)
+        i = j
+    return refs
+
+
+def _compare_refs(session: Session, runs: str | None) -> list[str]:
+    refs = compare_refs(session, runs)
     if len(refs) < 2 or len(refs) > COMPARE_MAX:
         raise ApiError(
             422,
             "bad_compare",
-            f"parameter `runs` needs 2 to {COMPARE_MAX} comma-separated run ids or slugs (e.g. runs=3,7); "
+            f"parameter `runs` needs 2 to {COMPARE_MAX} comma-separated run ids, slugs or names (e.g. runs=3,7); "
             f"got {len(refs)}.",
             field="runs",
         )
     if len(set(refs)) < len(refs):
         raise ApiError(422, "bad_compare", "parameter `runs` names a run twice.", field="runs")
     return refs
+
+
+def compare_run(session: Session, ref: str) -> Run:
+    """The run ``ref`` names in ``runs=``: its id or slug, else its exact name when one public run
+    has it (404 when none does; 422 when several do: their ids tell them apart)."""
+    run = rs.run_by_ref(session, ref)
+    if run is not None:
+        return run
+    named = rs.list_runs(session, name=ref, limit=2)
+    if len(named) == 1:
+        return named[0][0]
+    if named:
+        n = rs.count_runs(session, name=ref)
+        raise ApiError(
+            422,
+            "ambiguous_run",
+            f"{n} runs are named {ref!r} (in parameter `runs`): give their ids instead.",
+            field="runs",
+        )
+    raise ApiError(404, "not_found", f"Run {ref} (in parameter `runs`) was not found.", field="runs")
 
 
 # Declared before /api/runs/{run_id}: "compare" is not a run.
@@ -153,7 +207,9 @@ def _compare_refs(runs: str | None) -> list[str]:
 )
 def compare_runs(
     session: SessionDep,
-    runs: str | None = Query(None, description="2 to 8 run ids (public runs) or slugs, comma-separated"),
+    runs: str | None = Query(
+        None, description="2 to 8 runs, comma-separated: ids (public runs), slugs, or exact names"
+    ),
 ) -> Response:
     """``{"runs": [{id, ref, name, url, n_steps}], "metrics": {"metric": [series of run 1, series
     of run 2, ...]}}`` with each series ``[[step, value], ...]`` (empty where a run has no value),
@@ -161,10 +217,10 @@ def compare_runs(
     404 naming the parameter."""
     out_runs: list[dict[str, Any]] = []
     series: list[dict[str, list[list[float]]]] = []
-    for ref in _compare_refs(runs):
-        run = rs.run_by_ref(session, ref)
-        if run is None:
-            raise ApiError(404, "not_found", f"Run {ref} (in parameter `runs`) was not found.", field="runs")
+    for ref in _compare_refs(session, runs):
+        run = compare_run(session, ref)
+        if any(o["id"] == run.id for o in out_runs):
+            raise ApiError(422, "bad_compare", "parameter `runs` names a run twice.", field="runs")
         steps = rs.run_steps(session, stored_id(run))
         r = rs.run_ref(run)
         out_runs.append({"id": run.id, "ref": r, "name": run.name, "url": urls.run(r), "n_steps": len(steps)})
@@ -344,6 +400,7 @@ async def post_step(
         raise _step_exists(ref, step)  # before reading the body: a client's retry costs nothing
     run_name, visibility = run.name, run.visibility  # a step inherits its run's visibility
     keep, keep_every = run.keep, run.keep_every
+    run_config = rs.run_config(run)  # ... and its trainer, with the config naming its estimator
     body = await read_upload(request, format, name)
     settings = request.app.state.settings
     try:
@@ -358,6 +415,8 @@ async def post_step(
             step=step,
             visibility=visibility,
             keep=keep,
+            trainer=run_config.get("trainer") if isinstance(run_config.get("trainer"), str) else None,
+            trainer_config=run_config,
         )
     except IntegrityError:
         # Another post of this step won the race (or the run was deleted meanwhile).

@@ -19,6 +19,7 @@ from starlette.types import Message
 from app.core.errors import ApiError
 from app.core.schemas import UploadOut
 from app.core.settings import Settings
+from app.core.trainers import check_trainer
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
 from app.ingest import FORMATS, iter_upload, load_tokenizer
@@ -84,6 +85,7 @@ class UploadBody:
     tokenizer: bytes | None = None  # a tokenizer.json whose pieces show the upload's token ids
     visibility: str | None = None  # public|unlisted; None: the server's CREDITLENS_DEFAULT_VISIBILITY
     mapping: str | None = None  # JSON {native field: record key} (app/ingest/_mapping.py)
+    trainer: str | None = None  # the trainer that computed the advantages (app/core/trainers.py)
 
 
 def resolve_visibility(given: str | None, settings: Settings) -> str:
@@ -117,6 +119,7 @@ async def read_upload(
     name: str | None,
     visibility: str | None = None,
     mapping: str | None = None,
+    trainer: str | None = None,
 ) -> UploadBody:
     """The body of an upload request, the one reading of POST /api/uploads and of a run's steps:
     multipart (``file`` [+ ``format``, ``name``, ``tokenizer`` (a tokenizer.json for uploads of
@@ -149,9 +152,11 @@ async def read_upload(
         visibility = visibility or (vis if isinstance(vis, str) else None)
         mapped = form.get("mapping")
         mapping = mapping or (mapped if isinstance(mapped, str) and mapped.strip() else None)
+        tr = form.get("trainer")
+        trainer = trainer or (tr if isinstance(tr, str) and tr.strip() else None)
     else:
         data = await _read_body(request, limit)
-    return UploadBody(data, format, name, filename, tokenizer, visibility, mapping)
+    return UploadBody(data, format, name, filename, tokenizer, visibility, mapping, check_trainer(trainer))
 
 
 def ingest(
@@ -164,10 +169,14 @@ def ingest(
     step: int | None = None,
     visibility: str | None = None,
     keep: int | None = None,
+    trainer: str | None = None,
+    trainer_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Parse, validate and store one upload (as a run's step when ``run_id`` is given); the 201
     body. Blocking: call it in a worker thread. ``visibility``: a run step's (its run's), else the
-    body's or the server's default."""
+    body's or the server's default. ``trainer``/``trainer_config``: a run step's (its run's), else
+    the body's trainer; kept in the batch's meta (app/core/trainers.py)."""
+    trainer = body.trainer or trainer
     visibility = visibility or resolve_visibility(body.visibility, settings)
     tok = body.tokenizer
     decoder = None if tok is None else load_tokenizer(tok, settings.max_tokenizer_bytes)
@@ -179,7 +188,9 @@ def ingest(
             name=body.name or default_name or body.filename or f"upload ({fmt})",
             source=f"{'upload' if run_id is None else 'run'}:{fmt}",
             meta={"format": fmt, "filename": body.filename}
-            | ({"mapping": json.loads(body.mapping)} if fmt == "mapped" and body.mapping else {}),
+            | ({"mapping": json.loads(body.mapping)} if fmt == "mapped" and body.mapping else {})
+            | ({"trainer": trainer} if trainer else {})
+            | ({"trainer_config": trainer_config} if trainer and trainer_config else {}),
             settings=settings,
             run_id=run_id,
             step=step,
@@ -212,6 +223,12 @@ MappingQuery = Query(
     "fill: messages, prompt, response/completion, tokens, kinds and the other per-token fields, reward, "
     "group, truncated, bootstrap_value, task.",
 )
+TrainerQuery = Query(
+    None,
+    description="the trainer that computed the uploaded advantages: verl, trl, openrlhf, skyrl, areal, "
+    "nemo_rl, prime_rl or slime (GET /api/trainers). The pages then show its dialect beside the "
+    "upload and the audit names its estimators first.",
+)
 VisibilityQuery = Query(
     None,
     description="public (listed, by id) or unlisted (never listed or searched; reachable only by the "
@@ -233,12 +250,13 @@ async def upload(
     name: str | None = NameQuery,
     visibility: Literal["public", "unlisted"] | None = VisibilityQuery,
     mapping: str | None = MappingQuery,
+    trainer: str | None = TrainerQuery,
 ) -> Response:
     """Multipart (``file`` [+ ``format``, ``name``, ``visibility``, ``mapping`` form fields]), a JSON body (native
     episodes or any JSON format), or the raw file bytes with ``?format=&name=``. All-or-nothing: a
     4xx names the line, episode and field and nothing is stored. ``mapping``: read records whose
     format is not known through {native field: record key}."""
-    body = await read_upload(request, format, name, visibility, mapping)
+    body = await read_upload(request, format, name, visibility, mapping, trainer)
     resolve_visibility(body.visibility, request.app.state.settings)  # 422 before any parsing
     out = await ingest_thread(request, ingest, session, body, request.app.state.settings)
     return json_response(out, status_code=201)

@@ -14,17 +14,18 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlmodel import Session, col, select
 
-from app.core import losses, metrics, schemes, urls
+from app.core import losses, metrics, schemes, trainers, urls
 from app.core import views as st
-from app.core.errors import error_body
+from app.core.errors import ApiError, error_body
 from app.core.signals import catalog as signal_catalog
+from app.http.api.runs import compare_refs, compare_run
 from app.http.templating import templates
 from app.http.web.internal import api_get
 from app.http.web.preview import batch_og, episode_og, run_og
 from app.http.web.rows import row_groups
 from app.http.web.talk import STEPS, step_or_none
 from app.storage.db import SessionDep
-from app.storage.episodes import episode_inputs_by_slug
+from app.storage.episodes import episode_inputs_by_slug, episode_trainer_by_slug
 from app.storage.models import Batch, Episode, Run
 from app.storage.runs import run_by_ref, run_ref
 from app.storage.store import batch_by_ref, batch_ref
@@ -97,7 +98,11 @@ async def episode_page(request: Request, slug: str, session: SessionDep) -> Resp
     # The episode's inputs decide its default rows (no critic-reading row without critic values),
     # so the page's first request is one the API answers (app/compute/inputs.py).
     inputs = episode_inputs_by_slug(session, slug)
-    view = st.EpisodeView.from_query(q, set(schemes.names()), inputs)
+    # The trainer its batch names: its dialect and that dialect's reference under the upload.
+    trainer, config = episode_trainer_by_slug(session, slug)
+    dialect = trainers.dialect_of(trainer, config)
+    rows = [] if dialect is None else [dialect, *filter(None, [schemes.reference_of(dialect)])]
+    view = st.EpisodeView.from_query(q, set(schemes.names()), inputs, rows)
     api = urls.api_advantages(slug, view)
     page = {"page": "episode", "slug": slug, "view": view.to_dict(), "query": view.query()}
     if wants_json(request):
@@ -121,6 +126,8 @@ async def episode_page(request: Request, slug: str, session: SessionDep) -> Resp
     nums = {"gamma": st.fmt_num(view.gamma), "lam": st.fmt_num(view.lam)}
     ctx = {"initial": initial, "slug": slug, "view": view, "nums": nums, "task": head[0]}
     ctx["loss_choices"] = LOSS_CHOICES
+    # Every registered loss grouped by trainer, with its controls (static/episode.js draws them).
+    ctx["losses"] = initial["losses"] = losses.client_config()
     ctx["row_groups"] = row_groups(view.schemes)
     b = session.get(Batch, head[2])
     ref = batch_ref(b) if b is not None else head[2]  # an unlisted batch is linked by its slug
@@ -157,15 +164,28 @@ async def batch_page(request: Request, batch_id: str, session: SessionDep) -> Re
 
 # Declared before /r/{run_id}: "compare" is not a run.
 @router.get(urls.RUN_COMPARE, response_class=HTMLResponse)
-async def compare_page(request: Request, runs: str = "") -> Response:
-    """Runs side by side: every metric over the steps, one colour per run, links back to each."""
-    refs = [r.strip() for r in runs.split(",") if r.strip()]
+async def compare_page(request: Request, session: SessionDep, runs: str = "") -> Response:
+    """Runs side by side (by id, slug or name): where they differ at their last step, and every
+    metric over the steps, one colour per run, links back to each."""
+    refs = compare_refs(session, runs)  # a run's name may hold a comma
     api = urls.api_compare(refs)
-    page = {"page": "compare", "runs": refs, "view": {"runs": runs}}
+    page = {
+        "page": "compare",
+        "runs": refs,
+        "view": {"runs": runs, "smooth": request.query_params.get("smooth")},
+    }
     if wants_json(request):
         return await json_twin(request, page, api)
-    initial = {**page, "api": api, "labels": metrics.labels()}
-    return render(request, "compare.html", {"initial": initial, "refs": refs})
+    names = []
+    for ref in refs:  # the title names the runs; the page's request says what is wrong, if anything
+        try:
+            names.append(compare_run(session, ref).name)
+        except ApiError:
+            names.append(ref)
+    initial = {**page, "api": api, "labels": metrics.labels(), "figures": metrics.run_figures()}
+    return render(
+        request, "compare.html", {"initial": initial, "refs": refs, "names": names or ["compare runs"]}
+    )
 
 
 @router.get("/r/{run_id}", response_class=HTMLResponse)

@@ -1,0 +1,98 @@
+"""The trainer an upload or a run names, and what its configuration says about its credit.
+
+A user says once which trainer computed their advantages (``POST /api/uploads?trainer=``, the
+upload form, ``POST /api/runs`` ``trainer``, ``creditlens.run(name, trainer=...)``; the client's
+adapters say it themselves). The name is a key of ``estimators.registry.TRAINERS``; the run's or
+upload's configuration (verl's Hydra config, TRL's ``GRPOConfig``, OpenRLHF's arguments, any JSON
+object) then says which of that trainer's estimators ran, and with which gamma and lambda:
+:func:`dialect_of` finds the estimator's key wherever the configuration nests it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from app.core.errors import ApiError
+
+# The keys (last part of a dotted config key) that name the advantage estimator, by trainer.
+ESTIMATOR_KEYS = ("adv_estimator", "advantage_estimator", "estimator")
+# What each trainer runs when its configuration names no estimator (its config's default).
+DEFAULT_ESTIMATOR = {
+    "verl": "gae",
+    "trl": "grpo",
+    "openrlhf": "gae",
+    "skyrl": "grpo",
+    "nemo_rl": "grpo",
+    "prime_rl": "grpo",
+    "slime": "grpo",
+}
+GAMMA_KEYS = ("gamma",)
+LAM_KEYS = ("lam", "lambd", "lmbda", "gae_lambda", "lambda_")
+
+
+def known() -> dict[str, tuple[str, str]]:
+    """Every trainer: key -> (display name, the version its dialects reproduce)."""
+    from estimators.registry import TRAINERS
+
+    return dict(TRAINERS)
+
+
+def check_trainer(name: str | None, field: str = "trainer") -> str | None:
+    """``name`` if it is a known trainer (None or "" stays None); 422 ``unknown_trainer`` listing
+    the known ones otherwise."""
+    if name is None or not name.strip():
+        return None
+    key = name.strip().lower().replace("-", "_")
+    if key in known():
+        return key
+    listed = ", ".join(f"{k} ({n} {v})" for k, (n, v) in known().items())
+    raise ApiError(
+        422, "unknown_trainer", f"trainer {name!r} is not known; choose one of: {listed}.", field=field
+    )
+
+
+def flat(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every leaf of a nested configuration."""
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            yield from flat(v, key + ".")
+        else:
+            yield key, v
+
+
+def _find(config: Mapping[str, Any], names: tuple[str, ...]) -> Any:
+    """The value of the first leaf whose last key part is one of ``names`` (shallowest first)."""
+    leaves = sorted(flat(config), key=lambda kv: kv[0].count("."))
+    for key, v in leaves:
+        if key.rsplit(".", 1)[-1].lower() in names:
+            return v
+    return None
+
+
+def dialect_of(trainer: str | None, config: Mapping[str, Any] | None = None) -> str | None:
+    """The registered dialect (``"<trainer>:<name>"``) the configuration says ran: its estimator
+    key, else the trainer's default; None when that is not registered (or no trainer)."""
+    if trainer is None:
+        return None
+    from estimators.registry import available
+
+    named = _find(config or {}, ESTIMATOR_KEYS)
+    names = [str(named)] if isinstance(named, str) and named else []
+    names.append(DEFAULT_ESTIMATOR.get(trainer, ""))
+    registered = available()
+    for n in names:
+        scheme = f"{trainer}:{n}"
+        if n and scheme in registered:
+            return scheme
+    return None
+
+
+def discount_of(config: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
+    """(gamma, lambda) as the configuration sets them (None where it does not)."""
+    out: list[float | None] = []
+    for names in (GAMMA_KEYS, LAM_KEYS):
+        v = _find(config or {}, names)
+        out.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None)
+    return out[0], out[1]

@@ -1,0 +1,102 @@
+"""The user says which trainer, once: ``POST /api/uploads?trainer=`` (and the form field), a run's
+``trainer`` with its config; the episode page then opens on the upload, the trainer's dialect the
+config names, and that dialect's reference. The real app on a real database."""
+
+from __future__ import annotations
+
+import json
+
+from tests.app.svc_helpers import upload
+
+# Two attempts at one task, a tool span between two calls, the trainer's own advantages and values.
+KINDS = ["prompt", "policy", "policy", "tool", "tool", "policy"]
+
+
+def _episodes() -> list[dict]:
+    out = []
+    for i, r in enumerate((1.0, 0.0)):
+        out.append(
+            {
+                "tokens": ["Fix", "read", "()", "ok", ".", "submit"],
+                "kinds": KINDS,
+                "reward": r,
+                "values": [0.0, 0.4, 0.5, 0.0, 0.0, 0.6],
+                "advantages": [0.0, 0.5 - i, 0.5 - i, 0.0, 0.0, 0.5 - i],
+                "group": "task-1",
+            }
+        )
+    return out
+
+
+def _default_rows(client, slug: str) -> list[str]:
+    r = client.get(f"/e/{slug}?format=json")
+    assert r.status_code == 200, r.text
+    return r.json()["view"]["schemes"]
+
+
+def test_an_upload_names_its_trainer_and_opens_on_its_dialect(client):
+    r = upload(client, _episodes(), trainer="OpenRLHF")
+    assert r.status_code == 201, r.text
+    body = r.json()
+    slug = body["episodes"][0]["slug"]
+    # OpenRLHF's default estimator is GAE: its dialect, then the reference that skips tool spans.
+    assert _default_rows(client, slug) == ["uploaded", "openrlhf:gae", "token_gae", "audit_diff"]
+    # A link that names its rows still shows exactly those.
+    r = client.get(f"/e/{slug}?format=json&scheme=outcome")
+    assert r.json()["view"]["schemes"] == ["outcome"]
+
+
+def test_without_a_trainer_the_page_opens_as_before(client):
+    slug = upload(client, _episodes()).json()["episodes"][0]["slug"]
+    assert _default_rows(client, slug) == ["uploaded", "audit_reference", "audit_diff"]
+
+
+def test_an_unknown_trainer_is_a_422_that_lists_the_known_ones_and_stores_nothing(client):
+    r = client.post("/api/uploads?trainer=megatron", json={"episodes": _episodes()})
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["code"] == "unknown_trainer" and err["field"] == "trainer"
+    for name in (
+        "verl (verl 0.9.1)",
+        "trl (TRL 1.16.0)",
+        "openrlhf",
+        "skyrl",
+        "areal",
+        "nemo_rl",
+        "prime_rl",
+        "slime",
+    ):
+        assert name in err["message"]
+    assert client.get("/api/batches").json() == []
+
+
+def test_the_form_field_names_the_trainer(client):
+    data = "\n".join(json.dumps(e) for e in _episodes()).encode()
+    r = client.post(
+        "/api/uploads",
+        files={"file": ("steps.jsonl", data, "application/jsonl")},
+        data={"trainer": "trl"},
+    )
+    assert r.status_code == 201, r.text
+    slug = r.json()["episodes"][0]["slug"]
+    assert _default_rows(client, slug) == ["uploaded", "trl:grpo", "grpo", "audit_diff"]
+
+
+def test_a_run_config_names_the_estimator_its_steps_ran(client):
+    run = client.post(
+        "/api/runs",
+        json={
+            "name": "r",
+            "trainer": "verl",
+            "config": {"algorithm": {"adv_estimator": "grpo", "gamma": 1.0}},
+        },
+    )
+    assert run.status_code == 201, run.text
+    ref = run.json()["ref"]
+    assert client.get(f"/api/runs/{ref}").json()["config"]["trainer"] == "verl"
+    step = client.post(f"/api/runs/{ref}/steps/0", json={"episodes": _episodes()})
+    assert step.status_code == 201, step.text
+    slug = step.json()["episodes"][0]["slug"]
+    assert _default_rows(client, slug) == ["uploaded", "verl:grpo", "grpo", "audit_diff"]
+    bad = client.post("/api/runs", json={"name": "r2", "trainer": "nope"})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "unknown_trainer"
