@@ -166,4 +166,27 @@ async function main() {
   timeline.dataset.drawn = "all";
 }
 
-main();
+// "Compare with": a picker of the other runs by name (with their ids), newest first.
+async function comparePicker() {
+  const sel = $("r-compare-with");
+  try {
+    const list = await fetchJSON(urls.apiRuns("limit=100"));
+    const here = String(init.run_id);
+    for (const r of list) {
+      const ref = String(r.ref ?? r.id);
+      if (ref === here) continue;
+      sel.append(el("option", { value: ref }, `${r.name || "run"} (id ${ref}, ${r.n_steps} steps)`));
+    }
+  } catch (_) {
+    // The list is a convenience: /r/compare?runs= takes ids or names typed in the address too.
+  }
+  sel.dataset.ready = "1";
+}
+$("r-compare").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const other = $("r-compare-with").value;
+  if (other) window.location.assign(urls.compare([init.run_id, other]));
+});
+
+// The picker after the page's own drawing: its request does not delay the first screen.
+main().then(comparePicker);

@@ -24,7 +24,8 @@ def test_two_runs_side_by_side(page, server):
     a = data.post_run(server, "baseline", steps([0.0, 0.25, 0.25, 0.5]))
     b = data.post_run(server, "credit-fix", steps([0.25, 0.5, 0.75, 1.0]))
     page.goto(f"/r/{a['ref']}")
-    page.fill("#r-compare-with", str(b["ref"]))
+    page.wait_for_selector('#r-compare-with[data-ready="1"]')
+    page.select_option("#r-compare-with", str(b["ref"]))  # the picker lists runs by name, valued by id
     page.click("#r-compare button[type=submit]")
     page.wait_for_url(re.compile(rf"/r/compare\?runs={a['ref']},{b['ref']}$"))
     page.wait_for_selector('#c-figs[data-ready="1"]')

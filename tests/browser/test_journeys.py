@@ -473,3 +473,61 @@ def test_the_lambda_lab_puts_lambda_on_a_titled_number_line(page):
         assert axis["title"]["text"] == "λ" and axis["type"] == "linear"
         xs = page.evaluate(f"document.getElementById('{fig}').data[0].x")
         assert all(isinstance(x, (int, float)) for x in xs) and xs == sorted(xs)
+
+
+def _ema(ys: list[float], a: float) -> list[float]:
+    out, s = [], None
+    for y in ys:
+        s = y if s is None else a * s + (1 - a) * y
+        out.append(s)
+    return out
+
+
+def test_compare_the_two_demo_runs_by_name(dpage, demo):
+    page = dpage
+    page.goto(f"/r/{demo['runs'][CLEAN]}")
+    page.wait_for_selector('#r-compare-with[data-ready="1"]')
+    # The picker offers the other run by its name (with its id), not a box for a number.
+    options = page.locator("#r-compare-with option").all_text_contents()
+    assert any(o.startswith(BUGGY) and f"id {demo['runs'][BUGGY]}" in o for o in options)
+    page.select_option("#r-compare-with", label=next(o for o in options if o.startswith(BUGGY)))
+    page.get_by_role("button", name="Compare").click()
+    page.wait_for_selector('#c-figs[data-ready="1"]')
+    assert f"runs={demo['runs'][CLEAN]},{demo['runs'][BUGGY]}" in page.url
+    assert page.title().startswith(f"{CLEAN} vs {BUGGY}")
+    # The summary: each metric's last value per run and the difference.
+    api = httpx.get(
+        f"{demo['base']}/api/runs/compare", params={"runs": f"{CLEAN},{BUGGY}"}, timeout=30
+    ).json()  # by name, as the page's address may say
+    assert [r["id"] for r in api["runs"]] == [demo["runs"][CLEAN], demo["runs"][BUGGY]]
+    last = [s[-1][1] for s in api["metrics"]["pass_rate"]]
+    row = page.locator('#c-summary tr[data-metric="pass_rate"] td').all_text_contents()
+    assert row == [f"{100 * last[0]:.1f}%", f"{100 * last[1]:.1f}%", f"{'+' if last[1] > last[0] else '−'}{100 * abs(last[1] - last[0]):.1f}%"]
+    # A metric equal everywhere gets no figure (the first panel is not a constant).
+    assert page.locator("#fig-n_episodes").count() == 0 and "n_episodes" in page.text_content("#c-constant")
+    assert page.locator("#c-figs .plot").first.get_attribute("id") == "fig-pass_rate"
+    # Smoothing: an exponential moving average of the stored points; the URL keeps it.
+    page.select_option("#c-smooth", "0.8")
+    page.wait_for_function("() => document.getElementById('c-figs').dataset.smooth === '0.8'")
+    assert "smooth=0.8" in page.url
+    ys = page.evaluate("document.getElementById('fig-pass_rate').data[1].y")
+    want = _ema([p[1] for p in api["metrics"]["pass_rate"][1]], 0.8)
+    assert ys == pytest.approx(want, abs=1e-12)
+    # Names work in the address too.
+    page.goto(f"/r/compare?runs={BUGGY},{CLEAN}")
+    page.wait_for_selector('#c-figs[data-ready="1"]')
+    assert page.locator("#error").is_hidden()
+    assert page.probe.errors == [] and page.failed == []
+
+
+def test_compare_names_a_run_by_name_once(server):
+    for _ in range(2):
+        data.post_run(server, "twin", {0: [data.handbuilt()]})
+    solo = data.post_run(server, "solo run", {0: [data.handbuilt()]})
+    r = httpx.get(f"{server}/api/runs/compare", params={"runs": f"twin,{solo['id']}"}, timeout=30)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "ambiguous_run"
+    assert r.json()["error"]["field"] == "runs" and "2 runs are named 'twin'" in r.json()["error"]["message"]
+    r = httpx.get(f"{server}/api/runs/compare", params={"runs": f"solo run,{solo['id']}"}, timeout=30)
+    assert r.status_code == 422 and "twice" in r.json()["error"]["message"]
+    r = httpx.get(f"{server}/api/runs/compare", params={"runs": "no such run,solo run"}, timeout=30)
+    assert r.status_code == 404 and r.json()["error"]["field"] == "runs"
