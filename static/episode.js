@@ -587,7 +587,46 @@ function bindPair(rangeId, numId, key) {
 }
 bindPair("gamma-range", "gamma-num", "gamma");
 bindPair("lam-range", "lam-num", "lam");
-for (const key of ["baseline", "critic", "loss", "agg", "rollout_is"]) {
+// The loss_weights row's controls: verl's (agg, rollout_is, threshold) for the losses that take
+// them, the chosen loss's own (another trainer's) beside them (init.losses: app/core/losses.py).
+const VERL_CONTROLS = ["agg", "rollout_is", "rollout_is_threshold"];
+function drawLossControls() {
+  const params = init.losses.losses[state.loss].params;
+  for (const k of VERL_CONTROLS) $(k).closest("label").hidden = !params.some((p) => p.name === k);
+  const own = params.filter((p) => !VERL_CONTROLS.includes(p.name));
+  $("loss-params").replaceChildren(
+    ...own.map((p) => {
+      const input = p.choices ? el("select", { id: `loss-${p.name}`, name: p.name }, p.choices.map((x) => el("option", { value: x }, x))) : el("input", { id: `loss-${p.name}`, name: p.name, size: 8 });
+      input.value = state.loss_params[p.name] ?? p.default;
+      input.addEventListener("change", () => {
+        state.loss_params = { ...state.loss_params, [p.name]: input.value.trim() || p.default };
+        syncUrl();
+        reload();
+      });
+      return el("label", { title: p.help }, `${p.name} `, input);
+    }),
+  );
+}
+if (init.losses) drawLossControls();
+$("loss").addEventListener("change", (e) => {
+  // A parameter the new loss takes keeps the value shown (or starts at its default); verl's that it does not take leave the URL.
+  state.loss = e.target.value;
+  const params = init.losses.losses[state.loss].params;
+  for (const k of VERL_CONTROLS) {
+    const p = params.find((q) => q.name === k);
+    state[k] = p ? $(k).value.trim() || p.default : null;
+  }
+  const own = {};
+  for (const p of params) {
+    const cur = state.loss_params[p.name];
+    if (!VERL_CONTROLS.includes(p.name)) own[p.name] = cur !== undefined && (!p.choices || p.choices.includes(cur)) ? cur : p.default;
+  }
+  state.loss_params = own;
+  drawLossControls();
+  syncUrl();
+  reload();
+});
+for (const key of ["baseline", "critic", "agg", "rollout_is"]) {
   $(key).addEventListener("change", (e) => {
     state[key] = e.target.value;
     syncUrl();

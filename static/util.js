@@ -44,12 +44,14 @@ export function viewPairs(v, keys, { api = false } = {}) {
   for (const [key, attr, kind, gate] of keys) {
     let x = v[attr];
     if (x instanceof Set) x = [...x].sort((a, b) => a - b);
-    const unset = x === null || x === undefined || x === false || (Array.isArray(x) && !x.length);
+    const isDict = x !== null && typeof x === "object" && !Array.isArray(x);
+    const unset = x === null || x === undefined || x === false || (Array.isArray(x) && !x.length) || (isDict && !Object.keys(x).length);
     if ((gate === "page" && api) || (gate !== "always" && unset)) continue;
     if (gate.startsWith("row:") && !(v.schemes || []).includes(gate.slice(4))) continue;
     if (kind === "list") out.push([key, x.join(",")]);
     else if (kind === "num") out.push([key, qnum(x)]);
     else if (kind === "flag") out.push([key, "1"]);
+    else if (kind === "params") for (const [k, val] of Object.entries(x)) out.push([k, String(val)]); // the loss's own parameters
     else out.push([key, String(x)]);
   }
   return out;

@@ -6,9 +6,10 @@ for the estimators), so static/*.js and the templates hold no copy of a name or 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from estimators.losses import DEFAULT_LOSS, LossSpec, available_losses, get_loss, parse_threshold
+from estimators.losses import DEFAULT_LOSS, LossParam, LossSpec, available_losses, get_loss, parse_threshold
 from estimators.registry import TRAINERS
 
 __all__ = [
@@ -20,8 +21,10 @@ __all__ = [
     "client_config",
     "default_text",
     "episode_losses",
+    "loss_names",
     "page_choices",
     "threshold_or_default",
+    "view_params",
 ]
 
 # The episode page's loss controls are verl's parameters (the `loss_weights` row's query keys,
@@ -49,6 +52,36 @@ def episode_losses(aliases: bool = True) -> tuple[str, ...]:
 def canonical(name: str) -> str:
     """The registered name an alias stands for (``verl:gspo`` -> ``gspo``); other names as given."""
     return get_loss(name).alias_of or name
+
+
+def loss_names() -> tuple[str, ...]:
+    """Every registered loss's name (aliases too)."""
+    return tuple(available_losses())
+
+
+def _link_text(p: LossParam, raw: str | None) -> str:
+    """A link's text of parameter ``p`` when it reads, else its default's text (a link never fails)."""
+    if raw is None:
+        return p.text(p.default)
+    if p.kind == "threshold":
+        return threshold_or_default(raw)
+    try:
+        p.parse(raw)
+    except (TypeError, ValueError):
+        return p.text(p.default)
+    return raw.strip()
+
+
+def view_params(loss: str, q: Mapping[str, str]) -> tuple[dict[str, str | None], dict[str, str]]:
+    """The episode page's parameters of ``loss`` from a link's query ``q``: ({each of
+    :data:`EPISODE_CONTROLS`: its text, None when the loss does not take it}, {the loss's other
+    controls: their text}); a malformed value reads as the default."""
+    spec = get_loss(loss)
+    verl = {c: _link_text(spec.params[c], q.get(c)) if c in spec.params else None for c in EPISODE_CONTROLS}
+    own = {
+        n: _link_text(p, q.get(n)) for n, p in spec.params.items() if p.control and n not in EPISODE_CONTROLS
+    }
+    return verl, own
 
 
 def choices(param: str) -> tuple[str, ...]:

@@ -78,3 +78,32 @@ def test_the_controls_write_the_url_and_reload(page, slug):
     page.wait_for_function("() => window.__strip.rows[1].advantages[2] === 0")
     assert "loss=vanilla&agg=seq-mean-token-sum&rollout_is=none&rollout_is_threshold=2&bypass=1" in page.url
     assert not page.probe.errors
+
+
+def test_another_trainers_loss_with_its_own_control(page, slug):
+    """The loss select groups every registered loss by trainer; SkyRL's regular loss hides verl's
+    agg / rollout_is / threshold and shows its own loss_reduction, both written to the URL. Under
+    bypass with sequence_mean (one row: A' = A / (1 x 5)) the row is the same as verl's token-mean
+    here: A r / 5, 0 where clipped; SkyRL's ratio is float32 (1e-6)."""
+    page.goto(f"/e/{slug}?scheme=uploaded,loss_weights&bypass=1")
+    wait_ready(page)
+    page.locator("#schemes-box > summary").click()
+    groups = page.eval_on_selector_all("#loss optgroup", "els => els.map((g) => g.label)")
+    assert groups == ["verl 0.9.1", "TRL 1.16.0", "OpenRLHF 0.11.2", "SkyRL 0.3.0"]
+    page.select_option("#loss", "skyrl:regular")
+    page.wait_for_function("() => location.search.includes('loss=skyrl:regular')")
+    assert page.locator("#agg").is_hidden() and page.locator("#rollout_is_threshold").is_hidden()
+    assert page.locator("#loss-loss_reduction").input_value() == "token_mean"
+    page.select_option("#loss-loss_reduction", "sequence_mean")
+    page.wait_for_function("() => location.search.includes('loss_reduction=sequence_mean')")
+    assert "agg=" not in page.url and "bypass=1" in page.url
+    page.wait_for_function("() => window.__strip.rows[1] && window.__strip.rows[1].advantages[2] === 0")
+    values = page.evaluate("window.__strip.rows[1].advantages")
+    assert values[1] == pytest.approx(1 / 5, rel=1e-6) and values[3] == 0
+    assert values[7] == pytest.approx(0.5 * math.exp(0.1) / 5, rel=1e-6)
+    # Back to verl: its controls return, SkyRL's leave the URL.
+    page.select_option("#loss", "vanilla")
+    page.wait_for_function("() => location.search.includes('loss=vanilla&agg=')")
+    assert "loss_reduction" not in page.url and page.locator("#agg").is_visible()
+    assert page.locator("#loss-params label").count() == 0
+    assert not page.probe.errors

@@ -187,14 +187,55 @@ def test_list_of_losses(client):
     assert "loss_reduction" in body["param_names"] and "agg" in body["param_names"]
 
 
-def test_episode_page_view_reads_verls_losses_and_their_aliases():
-    """The episode page's controls are verl's (agg, rollout_is, rollout_is_threshold): a link with a
-    `verl:` alias shows the loss under its plain name; another trainer's loss, which takes none of
-    those controls, falls back to the default (the API row takes it: the tests above)."""
+def test_episode_page_view_reads_every_loss_and_its_own_controls():
+    """The episode page's view: a `verl:` alias shows the loss under its plain name; another
+    trainer's loss drops verl's controls (agg, rollout_is, rollout_is_threshold) and carries its
+    own (a malformed value reads as the default); the query the page asks the API for is the same."""
     from app.core.views import EpisodeView
 
     view = EpisodeView.from_query(
         {"scheme": "uploaded,loss_weights", "loss": "verl:gspo", "agg": "token-sum"}
     )
-    assert (view.loss, view.agg) == ("gspo", "token-sum")
-    assert EpisodeView.from_query({"scheme": "loss_weights", "loss": "trl:dapo"}).loss == "vanilla"
+    assert (view.loss, view.agg, view.loss_params) == ("gspo", "token-sum", {})
+    view = EpisodeView.from_query(
+        {
+            "scheme": "uploaded,loss_weights",
+            "loss": "trl:dapo",
+            "agg": "token-sum",
+            "importance_sampling_level": "x",
+        }
+    )
+    assert (view.loss, view.agg, view.rollout_is, view.rollout_is_threshold) == ("trl:dapo", None, None, None)
+    assert view.loss_params == {"importance_sampling_level": "token"}
+    assert view.api_query().endswith("&loss=trl:dapo&importance_sampling_level=token")
+    view = EpisodeView.from_query(
+        {"scheme": "loss_weights", "loss": "skyrl:regular", "loss_reduction": "sequence_mean", "bypass": "1"}
+    )
+    assert (
+        "loss=skyrl:regular&loss_reduction=sequence_mean&tis_ratio_type=none&sequence_mask_metric=none&bypass=1"
+        in (view.query())
+    )
+
+
+def test_episode_row_through_the_page_query(client, batch):
+    """The page's own query for a trainer's loss is one the API answers: its row equals the batch
+    view's weights for that episode."""
+    from app.core.views import EpisodeView
+
+    slug = batch["episodes"][0]["slug"]
+    view = EpisodeView.from_query(
+        {
+            "scheme": "uploaded,loss_weights",
+            "loss": "trl:luspo",
+            "importance_sampling_level": "sequence",
+            "bypass": "1",
+        }
+    )
+    r = client.get(f"/api/episodes/{slug}/advantages?{view.api_query()}")
+    assert r.status_code == 200, r.text
+    w = next(s for s in r.json()["schemes"] if s["name"] == "loss_weights")["advantages"]
+    got = sum(v for v in w if v is not None)
+    sums = batch_sums(
+        client, batch["batch_id"], loss="trl:luspo", importance_sampling_level="sequence", bypass="true"
+    )
+    assert got == pytest.approx(sums[0], abs=1e-12) and got != 0
