@@ -65,9 +65,10 @@ def default_rows(have: Collection[str], trainer_rows: Sequence[str] = ()) -> lis
 # The query's keys in canonical order: (key, attribute, kind, gate). Python writes the query from
 # this list and the pages' scripts from the same list (the page state carries it: static/util.js
 # viewPairs), so the two cannot drift. kind: "list" (comma-joined), "num" (fmt_num), "str", "int",
-# "flag" ("1", absent when false), "params" (a dict written as its own keys, in order). gate: "always"; "page" (a page-only key, absent from the API's
-# query, and absent when unset); "set" (absent when unset: empty, false, None); "row:NAME" (only
-# while that row is shown, so older links stay canonical).
+# "flag" ("1", absent when false), "params" (a dict written as its own keys, in order). gate:
+# "always"; "page" (a page-only key, absent from the API's query, and absent when unset); "set"
+# (absent when unset: empty, false, None); "row:NAME" (only while that row is shown, so older
+# links stay canonical).
 QUERY_KEYS: tuple[tuple[str, str, str, str], ...] = (
     ("scheme", "schemes", "list", "always"),
     ("gamma", "gamma", "num", "always"),
