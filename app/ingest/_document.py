@@ -5,7 +5,9 @@ Detection reads at most the first record (:attr:`Document.first`) or a zip's mem
 (:attr:`Document.zip_names`, from the central directory alone); each is read once and kept on the
 document. The format that claims the upload reads its records with :meth:`Document.records`, which
 streams: JSONL a line at a time, a JSON array element by element after one parse, and a single JSON
-document (already parsed whole by :attr:`first`) from that one parse.
+document (already parsed whole by :attr:`first`) from that one parse. The JSON reading it uses
+(:class:`Record`, :func:`loads`, :func:`bad_json`, :func:`looks_like_jsonl`) lives here too;
+app/ingest/_common.py hands it to the formats with the other shared pieces.
 """
 
 from __future__ import annotations
