@@ -137,11 +137,13 @@ def candidates(b: Batch, rows: Tensor, trainer: str | None = None) -> tuple[list
 
 
 def rank(c: Cand, trainer: str | None) -> int:
-    """Deviations a dialect candidate counts when matches are ranked: 0 for the named trainer's."""
+    """What a candidate adds to its deviations when matches are ranked: -1 for a dialect of the
+    trainer the upload names (named first), :data:`OTHER_TRAINER` for another trainer's, 0 for a
+    reference configuration."""
     t = c.params.get("trainer")
     if t is None:
         return 0
-    return 0 if t == trainer else OTHER_TRAINER
+    return -1 if t == trainer else OTHER_TRAINER
 
 
 def departures(b: Batch, pick: Cand | None) -> list[tuple[Departure, str, Tensor, dict[str, Any]]]:
