@@ -10,6 +10,10 @@ Dump files it knows (the step is in the file name):
 * slime ``--dump-details``: ``rollout_data/{rollout_id}.pt`` (format ``slime_pt``; DIR may be the
   dump folder or its ``rollout_data/``). The per-rank ``train_data/{id}_{rank}.pt`` files are not
   followed: one step would be several files.
+* prime-rl ``enable_token_export``: ``token_exports/step_{N}/rank_{R}.jsonl`` (format
+  ``prime_rl_tokens``; DIR may be the output folder or its ``token_exports/``). A step is a folder
+  with one file per rank; it is sent once, as its rank files joined in rank order, when the trainer
+  has put its ``STABLE`` marker there (every rank flushed) and every rank file is whole.
 
 A file is uploaded once it is complete: its size and mtime are the same on two looks
 ``--interval`` seconds apart and it parses (every JSONL line is JSON; a parquet file has its footer
@@ -59,6 +63,10 @@ class DumpKind:
     subdirs: tuple[str, ...]
     check: str  # "jsonl" | "parquet" | "zip"
     label: str
+    # A step is a folder (its name matches ``step_dirs``, group 1 = the step) holding one file per
+    # rank (``pattern``, group 1 = the rank), complete once ``marker`` is there (None: no marker).
+    step_dirs: re.Pattern[str] | None = None
+    marker: str | None = None
 
 
 DUMP_KINDS: dict[str, DumpKind] = {
@@ -74,6 +82,15 @@ DUMP_KINDS: dict[str, DumpKind] = {
             "TRL completions",
         ),
         DumpKind("slime_pt", re.compile(r"(\d+)\.pt"), ("", "rollout_data"), "zip", "slime rollout dump"),
+        DumpKind(
+            "prime_rl_tokens",
+            re.compile(r"rank_(\d+)\.jsonl"),
+            ("", "token_exports"),
+            "jsonl",
+            "prime-rl token_exports",
+            step_dirs=re.compile(r"step_(\d+)"),
+            marker="STABLE",
+        ),
     )
 }
 
@@ -138,6 +155,55 @@ def incomplete_reason(data: bytes, check: str) -> str | None:
             return f"not a whole zip archive yet ({e})"
         return None
     raise ValueError(f"unknown check {check!r}")
+
+
+# ---------------------------------------------------------------------------------- step folders
+
+
+def rank_files(folder: Path, kind: DumpKind) -> list[Path]:
+    """The rank files of a step folder, in rank order."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    ranks = [(int(m.group(1)), n) for n in names if (m := kind.pattern.fullmatch(n))]
+    return [folder / n for _, n in sorted(ranks)]
+
+
+def signature(f: StepFile) -> tuple[int, int] | None:
+    """(size, mtime_ns) of a step file, or of a step folder's rank files together (total size,
+    latest mtime; the marker's presence counts as one byte); None when it is gone."""
+    try:
+        if f.kind.step_dirs is None:
+            st = f.path.stat()
+            return st.st_size, st.st_mtime_ns
+        stats = [p.stat() for p in rank_files(f.path, f.kind)]
+        marked = f.kind.marker is not None and (f.path / f.kind.marker).exists()
+    except FileNotFoundError:
+        return None
+    if not stats:
+        return None
+    return sum(s.st_size for s in stats) + marked, max(s.st_mtime_ns for s in stats)
+
+
+def read_step(f: StepFile) -> tuple[bytes, str | None]:
+    """(the bytes to upload, why the step is not complete yet or None). A step folder's rank
+    files are joined in rank order, each ending with a newline (JSONL)."""
+    if f.kind.step_dirs is None:
+        return f.path.read_bytes(), None
+    if f.kind.marker is not None and not (f.path / f.kind.marker).exists():
+        n = len(rank_files(f.path, f.kind))
+        return b"", f"no {f.kind.marker} marker yet ({n} rank file(s) so far)"
+    parts = []
+    for p in rank_files(f.path, f.kind):
+        data = p.read_bytes()
+        if not data:
+            continue  # a rank with nothing to export (the marker says every rank flushed)
+        why = incomplete_reason(data, f.kind.check)
+        if why is not None:
+            return b"", f"{p.name}: {why}"
+        parts.append(data if data.endswith(b"\n") else data + b"\n")
+    return b"".join(parts), None
 
 
 # ---------------------------------------------------------------------------------- state
@@ -238,9 +304,15 @@ class Watcher:
                 except (FileNotFoundError, NotADirectoryError):
                     continue
                 for e in entries:
-                    m = kind.pattern.fullmatch(e.name)
-                    if m and e.is_file():
-                        found.setdefault(kind.format, {}).setdefault(int(m.group(1)), Path(e.path))
+                    if kind.step_dirs is not None:
+                        m = kind.step_dirs.fullmatch(e.name)
+                        if not (m and e.is_dir() and rank_files(Path(e.path), kind)):
+                            continue
+                    else:
+                        m = kind.pattern.fullmatch(e.name)
+                        if not (m and e.is_file()):
+                            continue
+                    found.setdefault(kind.format, {}).setdefault(int(m.group(1)), Path(e.path))
         if len(found) > 1:
             raise ValueError(
                 f"{self.folder} holds dump files of several trainers ("
@@ -262,18 +334,16 @@ class Watcher:
             if entry is None:
                 out.append(f)
             elif entry.get("status") == "refused":
-                try:
-                    st = f.path.stat()
-                except FileNotFoundError:
+                sig = signature(f)
+                if sig is None:
                     continue
-                if st.st_size != entry.get("size") or st.st_mtime_ns != entry.get("mtime_ns"):
+                if sig != (entry.get("size"), entry.get("mtime_ns")):
                     out.append(f)
             elif f.step not in self._changed_warned:
-                try:
-                    size = f.path.stat().st_size
-                except FileNotFoundError:
+                sig = signature(f)
+                if sig is None:
                     continue
-                if size != entry.get("size"):
+                if sig[0] != entry.get("size"):
                     self._changed_warned.add(f.step)
                     self.say(
                         f"note: step {f.step} ({f.path.name}) changed after it was sent; steps are "
@@ -283,23 +353,25 @@ class Watcher:
 
     def ready(self, f: StepFile) -> bytes | None:
         """The file's bytes when it is complete (same size and mtime as on the last look, and it
-        parses); else None, and a "waiting" line once per size seen."""
-        try:
-            st = f.path.stat()
-        except FileNotFoundError:
+        parses; a step folder: its marker is there and every rank file is whole); else None, and a
+        "waiting" line once per size seen."""
+        sig = signature(f)
+        if sig is None:
             self.looks.pop(f.path, None)
             return None
         prev = self.looks.get(f.path)
-        now = _Look(st.st_size, st.st_mtime_ns)
+        now = _Look(*sig)
         if prev is None or (prev.size, prev.mtime_ns) != (now.size, now.mtime_ns):
             self.looks[f.path] = now  # first sight of this version: look again next time
             return None
-        data = f.path.read_bytes()
-        st2 = f.path.stat()
-        if len(data) != st.st_size or st2.st_mtime_ns != st.st_mtime_ns:
-            self.looks[f.path] = _Look(st2.st_size, st2.st_mtime_ns)
+        data, why = read_step(f)
+        sig2 = signature(f)
+        if sig2 != sig:
+            if sig2 is not None:
+                self.looks[f.path] = _Look(*sig2)
             return None
-        why = incomplete_reason(data, f.kind.check)
+        if why is None:
+            why = incomplete_reason(data, f.kind.check)
         self.stuck = None if why is None else f"step {f.step} ({f.path.name}): {why}"
         if why is not None:
             if not prev.reported:
@@ -355,7 +427,7 @@ class Watcher:
         entry = {
             "file": f.path.name,
             "sha256": hashlib.sha256(data).hexdigest(),
-            "size": len(data),
+            "size": self.looks[f.path].size,  # the file's (a step folder's: its rank files')
             "mtime_ns": self.looks[f.path].mtime_ns,
             "at": _now(),
         }
