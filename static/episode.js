@@ -2,9 +2,10 @@
 import { Overview } from "./overview.js";
 import { TokenStrip, maxAbs } from "./strip.js";
 import { $, SCHEME_COLORS, clip, plot } from "./page.js";
-import { copyText, csvCell, debounce, download, el, fetchJSON, fmt, inkOn, markOpen, qnum, queryString, readInitial, rgb, signalColor, signalGradient, signalScale, urls, viewPairs } from "./util.js";
+import { copyText, csvCell, debounce, download, el, fetchJSON, fmt, inkOn, markOpen, qnum, queryString, readInitial, rgb, signalColor, signalGradient, signalScale, urls, useSignals, viewPairs } from "./util.js";
 
 const init = readInitial();
+useSignals(init.signals); // how each signal row is drawn (app/core/signals.py)
 const slug = init.slug;
 const state = { ...init.view, open: new Set(init.view.open || []), signals: [...(init.view.signals || [])] };
 

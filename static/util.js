@@ -233,23 +233,27 @@ export function plotlyConfig(name) {
   };
 }
 
-// Signal rows (app/core/signals.py), each on its own scale: [low end, high end] colours from white.
-// sequential: 0 (white) … scale; "logprob" is drawn as surprise −logp; diverging: around 0;
-// ratio: around 1 on a log scale (the log-ratio diverges around 0).
-export const SIGNAL_COLORS = {
-  logprob: { pos: [166, 54, 3] },
-  entropy: { pos: [84, 39, 143] },
-  kl: { pos: [140, 81, 10], neg: [1, 102, 94] },
-  ratio: { pos: [197, 27, 125], neg: [77, 146, 33] },
-};
-// Below these scales a row stays pale (float noise is not a signal).
-const SIGNAL_FLOOR = { logprob: 1e-6, entropy: 1e-6, kl: 1e-6, ratio: 1e-3 };
+// Signal rows, each on its own scale, as app/core/signals.py declares them (the page state's
+// `signals` catalogue: colours, what the colour is a function of, the floor below which a row stays
+// pale). useSignals() takes the catalogue once; nothing about a signal is written here.
+const SIGNALS = new Map();
+const FALLBACK = { pos: [140, 81, 10], neg: [1, 102, 94], magnitude: "value", floor: 1e-6 };
 
-/** The number a signal row's colour is a function of: −logp, log ratio, or the value. */
+/** Take the page state's signal catalogue ([{name, pos, neg, magnitude, floor, ...}]). */
+export function useSignals(catalog) {
+  for (const s of catalog || []) SIGNALS.set(s.name, s);
+}
+
+function signalSpec(name) {
+  return SIGNALS.get(name) || FALLBACK;
+}
+
+/** The number a signal row's colour is a function of: −logp ("surprise"), log ratio ("log"), or the value. */
 export function signalMagnitude(name, v) {
   if (v === null || v === undefined || !Number.isFinite(v)) return null;
-  if (name === "logprob") return -v;
-  if (name === "ratio") return v > 0 ? Math.log(v) : null;
+  const m = signalSpec(name).magnitude;
+  if (m === "surprise") return -v;
+  if (m === "log") return v > 0 ? Math.log(v) : null;
   return v;
 }
 
@@ -261,14 +265,14 @@ export function signalScale(name, values, kinds) {
     const x = signalMagnitude(name, values[i]);
     if (x !== null && Math.abs(x) > m) m = Math.abs(x);
   }
-  return Math.max(SIGNAL_FLOOR[name] ?? 1e-6, m);
+  return Math.max(signalSpec(name).floor ?? 1e-6, m);
 }
 
 /** [r, g, b] of a signal value on its row's scale (null for null). */
 export function signalColor(name, v, scale) {
   const x = signalMagnitude(name, v);
   if (x === null) return null;
-  const c = SIGNAL_COLORS[name] || SIGNAL_COLORS.kl;
+  const c = signalSpec(name);
   const t = scale > 0 ? Math.min(1, Math.abs(x) / scale) : 0;
   const end = x >= 0 || !c.neg ? c.pos : c.neg;
   return end.map((e) => Math.round(255 + (e - 255) * (c.neg || x >= 0 ? t : 0)));
@@ -276,7 +280,7 @@ export function signalColor(name, v, scale) {
 
 /** A CSS gradient of a signal row's scale, low to high, for the legend. */
 export function signalGradient(name) {
-  const c = SIGNAL_COLORS[name] || SIGNAL_COLORS.kl;
+  const c = signalSpec(name);
   const hi = rgb(c.pos);
   return c.neg ? `linear-gradient(to right, ${rgb(c.neg)}, #fff, ${hi})` : `linear-gradient(to right, #fff, ${hi})`;
 }

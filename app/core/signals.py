@@ -15,7 +15,7 @@ never train on tool output, so a number there says nothing about the policy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
@@ -25,50 +25,97 @@ from app.core.errors import ApiError
 
 
 class Signal(NamedTuple):
-    """One signal row: its label, its colour scale and the EpisodeArrays fields it needs.
+    """One signal row, declared once: everything the service and the page need to know of it.
 
-    scale: "sequential" (0 … max, white to one hue), "diverging" (around 0) or "ratio"
-    (diverging around 1 on a log scale)."""
+    label, description: for the legend and the "Rows shown" panel.
+    scale:     "sequential" (0 … max, white to one hue), "diverging" (around 0) or "ratio"
+               (diverging around 1 on a log scale).
+    needs:     the EpisodeArrays fields it reads (``meta:<name>``: ``meta.token_signals[<name>]``).
+    values:    the arithmetic: ``values(ep) -> [T]`` (only called when every field of ``needs`` is there).
+    pos, neg:  the colours ([r, g, b]) its largest positive and negative magnitudes are drawn in
+               (``neg`` None: one hue from white); the page reads them from :func:`catalog`.
+    magnitude: what the colour is a function of: "value", "surprise" (−value: −logp) or "log" (log of
+               the value: a ratio around 1).
+    floor:     below this magnitude the row stays pale (float noise is not a signal).
+
+    **Adding a signal** is one entry of :data:`SIGNAL_ROWS` (and, when it reads a new per-token
+    array, that field in ``app.core.arrays.SIGNAL_FIELDS``)."""
 
     label: str
     scale: str
     needs: tuple[str, ...]
     description: str
+    values: Callable[[EpisodeArrays], np.ndarray]
+    pos: tuple[int, int, int]
+    neg: tuple[int, int, int] | None = None
+    magnitude: str = "value"
+    floor: float = 1e-6
 
 
-# The signal rows a page can show (name -> how to draw it); the raw per-token fields they read are
-# app.core.arrays.SIGNAL_FIELDS.
+def _field(name: str) -> Callable[[EpisodeArrays], np.ndarray]:
+    return lambda ep: np.array(_present(getattr(ep, name), name), dtype=np.float64)
+
+
+def _meta(name: str) -> Callable[[EpisodeArrays], np.ndarray]:
+    return lambda ep: np.array(_present_list(_meta_row(ep, name), name), dtype=np.float64)
+
+
+# The signal rows a page can show (name -> how to compute and draw it); the raw per-token fields
+# they read are app.core.arrays.SIGNAL_FIELDS.
 SIGNAL_ROWS: dict[str, Signal] = {
     "logprob": Signal(
         "log-prob",
         "sequential",
         ("logprobs",),
         "The policy's log-probability of the token (darker = less likely).",
+        _field("logprobs"),
+        pos=(166, 54, 3),
+        magnitude="surprise",
     ),
-    "entropy": Signal("entropy", "sequential", ("entropy",), "The policy's entropy at the position."),
+    "entropy": Signal(
+        "entropy",
+        "sequential",
+        ("entropy",),
+        "The policy's entropy at the position.",
+        _field("entropy"),
+        pos=(84, 39, 143),
+    ),
     "kl": Signal(
         "KL (logp − ref)",
         "diverging",
         ("logprobs", "ref_logprobs"),
         "logprobs − ref_logprobs: the per-token k1 estimate of the KL to the reference policy.",
+        lambda ep: _present(ep.logprobs, "kl") - _present(ep.ref_logprobs, "kl"),
+        pos=(140, 81, 10),
+        neg=(1, 102, 94),
     ),
     "ratio": Signal(
         "ratio train/rollout",
         "ratio",
         ("logprobs", "rollout_logprobs"),
         "exp(logprobs − rollout_logprobs): the training/rollout engine mismatch (1 = none).",
+        lambda ep: np.exp(_present(ep.logprobs, "ratio") - _present(ep.rollout_logprobs, "ratio")),
+        pos=(197, 27, 125),
+        neg=(77, 146, 33),
+        magnitude="log",
+        floor=1e-3,
     ),
     "token_scores": Signal(
         "token score",
         "diverging",
         ("meta:token_scores",),
         "Per-token scores the environment gave (Atropos `token_scores`).",
+        _meta("token_scores"),
+        pos=(140, 81, 10),
+        neg=(1, 102, 94),
     ),
     "token_weights": Signal(
         "token weight",
         "sequential",
         ("meta:token_weights",),
         "Per-token weights the environment gave (Atropos `token_weights`).",
+        _meta("token_weights"),
+        pos=(140, 81, 10),
     ),
 }
 
@@ -119,21 +166,16 @@ def _present(a: np.ndarray | None, name: str) -> np.ndarray:
     return a
 
 
-def signal_values(ep: EpisodeArrays, name: str) -> np.ndarray:
-    """[T] float64 of one signal, NaN off-policy (orjson writes null). The arrays must exist."""
-    if name == "logprob":
-        v = np.array(ep.logprobs, dtype=np.float64)
-    elif name == "entropy":
-        v = np.array(ep.entropy, dtype=np.float64)
-    elif name == "kl":
-        v = _present(ep.logprobs, name) - _present(ep.ref_logprobs, name)
-    elif name == "ratio":
-        v = np.exp(_present(ep.logprobs, name) - _present(ep.rollout_logprobs, name))
-    elif SIGNAL_ROWS.get(name) and SIGNAL_ROWS[name].needs[0].startswith(META):
-        v = np.array(_meta_row(ep, SIGNAL_ROWS[name].needs[0][len(META) :]), dtype=np.float64)
-    else:  # parse_signals guards the names
+def _present_list(a: list[Any] | None, name: str) -> list[Any]:
+    if a is None:
         raise KeyError(name)
-    v = np.asarray(v, dtype=np.float64).copy()
+    return a
+
+
+def signal_values(ep: EpisodeArrays, name: str) -> np.ndarray:
+    """[T] float64 of one signal, NaN off-policy (orjson writes null). The arrays must exist
+    (:func:`available_signals`); KeyError for a name that is not a signal."""
+    v = np.asarray(SIGNAL_ROWS[name].values(ep), dtype=np.float64).copy()
     v[~ep.policy] = np.nan
     return v
 
@@ -165,11 +207,26 @@ class SignalInfo(TypedDict):
     scale: str
     needs: list[str]
     description: str
+    pos: list[int]
+    neg: list[int] | None
+    magnitude: str
+    floor: float
 
 
 def catalog() -> list[SignalInfo]:
-    """Every signal the service knows: [{name, label, scale, needs, description}]."""
+    """Every signal the service knows, with how the page draws it: [{name, label, scale, needs,
+    description, pos, neg, magnitude, floor}] (the page state hands it to static/util.js)."""
     return [
-        {"name": n, "label": s.label, "scale": s.scale, "needs": list(s.needs), "description": s.description}
+        {
+            "name": n,
+            "label": s.label,
+            "scale": s.scale,
+            "needs": list(s.needs),
+            "description": s.description,
+            "pos": list(s.pos),
+            "neg": None if s.neg is None else list(s.neg),
+            "magnitude": s.magnitude,
+            "floor": s.floor,
+        }
         for n, s in SIGNAL_ROWS.items()
     ]
