@@ -328,7 +328,7 @@ def _verl_rfpp_baseline(inp: EstimatorInput) -> EstimatorOutput:
 )
 def _verl_opo(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)
-    lengths = policy(inp).sum(-1).to(s.dtype)
+    lengths = inp.mask.sum(-1).to(s.dtype)  # response_mask.sum(-1) (a 0/1 mask)
     B = s.shape[0]
     n = contiguous_size(inp.groups, B)
     if n is None or n == 1:
