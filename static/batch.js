@@ -43,7 +43,12 @@ function render(b) {
   figWhiten("fig-whiten", b);
   $("wvc-summary").textContent = (diag.whiten_vs_center && diag.whiten_vs_center.summary) || "";
   figGroups("fig-groups", b);
+}
 
+/** What is below the first screen: the credit-by-effect figure, the groups and episodes tables. */
+function renderRest(b) {
+  const diag = b.diagnostics || {};
+  const groups = diag.groups || [];
   const cbe = diag.credit_by_effect;
   if (cbe && typeof cbe === "object" && Object.keys(cbe).length) {
     $("fig-effect-box").hidden = false;
@@ -340,14 +345,18 @@ function load(offset, first) {
       if (first) {
         $("ep-filter").value = (init.view && init.view.q) || "";
         render(b);
-        loadAudit(b.ref ?? b.id, b.audit);
-        loadLoss(b);
-      } else {
-        figWhiten("fig-whiten", b); // its per-episode bars follow the page
-        renderEpisodes(b);
+        // The audit's card is on the first screen; both requests run beside the drawing and the
+        // page is open once they have answered (none left in flight), before the tables below.
+        return Promise.all([loadAudit(b.ref ?? b.id, b.audit), loadLoss(b)]).then(async () => {
+          markOpen();
+          await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+          renderRest(b);
+          document.body.dataset.ready = "1";
+        });
       }
+      figWhiten("fig-whiten", b); // its per-episode bars follow the page
+      renderEpisodes(b);
       document.body.dataset.ready = "1";
-      markOpen();
     })
     .catch((err) => {
       $("error").textContent = err.describe ? err.describe() : String(err);

@@ -26,30 +26,28 @@ function render(g) {
     { barmode: "group", height: 340, xaxis: { type: "category", title: { text: "attempt" } }, yaxis: { title: { text: "outcome advantage" } }, legend: { orientation: "h", y: 1.15 } },
     `group-${g.group}`,
   );
+  renderCalls(eps);
   document.body.dataset.ready = "1";
   markOpen();
-  renderCalls(eps);
 }
 
-/** What each attempt did, call by call (meta.calls from each episode, when the data says). */
-async function renderCalls(eps) {
+/** What each attempt did, call by call (the group API's `calls`, from each episode's meta.calls). */
+function renderCalls(eps) {
   const box = $("calls");
-  if (!box || !eps.length || eps.length > 64) return;
-  const full = await Promise.all(eps.map((e) => fetchJSON(urls.apiEpisode(e.slug)).catch(() => null)));
-  if (!full.some((f) => f && Array.isArray(f.meta?.calls))) return;
+  if (!box || !eps.length || !eps.some((e) => Array.isArray(e.calls))) return;
   const t = el("table", { class: "data", id: "calls-table" });
   t.append(el("thead", {}, el("tr", {}, ["attempt", "reward", "calls"].map((h) => el("th", { scope: "col" }, h)))));
   const body = el("tbody");
-  full.forEach((f, i) => {
-    const calls = (f && f.meta && Array.isArray(f.meta.calls) ? f.meta.calls : []).map((c) =>
+  eps.forEach((e, i) => {
+    const calls = (Array.isArray(e.calls) ? e.calls : []).map((c) =>
       el("span", { class: `effect effect-${c.effect || "other"}`, title: c.effect || "" }, c.action || c.effect || "call"),
     );
     body.append(
       el(
         "tr",
         {},
-        el("td", {}, el("a", { href: urls.episode(eps[i].slug) }, `#${i + 1}`)),
-        el("td", { class: "num" }, fmt(eps[i].reward)),
+        el("td", {}, el("a", { href: urls.episode(e.slug) }, `#${i + 1}`)),
+        el("td", { class: "num" }, fmt(e.reward)),
         el("td", { class: "chips" }, calls),
       ),
     );

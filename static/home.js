@@ -27,7 +27,6 @@ async function loadBatches() {
     const list = batchesOf(await fetchJSON(urls.apiBatches(api.toString())));
     renderBatches(list);
     document.body.dataset.ready = "1";
-    markOpen();
     status.textContent = list.length
       ? `${list.length} batch${list.length === 1 ? "" : "es"}${q ? ` matching “${q}”` : ""}.`
       : q || source
@@ -422,7 +421,7 @@ zone.addEventListener("keydown", (e) => {
 zone.setAttribute("tabindex", "0");
 
 // The upload formats the server knows (GET /api/formats), with their descriptions as tooltips.
-fetchJSON(urls.apiFormats)
+const formats = fetchJSON(urls.apiFormats)
   .then((formats) => {
     const sel = $("up-format");
     const keep = sel.value;
@@ -436,5 +435,5 @@ if (init.view) {
   $("q").value = init.view.q || "";
   $("source").value = init.view.source || "";
 }
-loadBatches();
-loadRuns();
+// The page is open when its three answers are drawn (no request of it is left in flight).
+Promise.allSettled([loadBatches(), loadRuns(), formats]).then(() => markOpen());

@@ -531,3 +531,25 @@ def test_compare_names_a_run_by_name_once(server):
     assert r.status_code == 422 and "twice" in r.json()["error"]["message"]
     r = httpx.get(f"{server}/api/runs/compare", params={"runs": "no such run,solo run"}, timeout=30)
     assert r.status_code == 404 and r.json()["error"]["field"] == "runs"
+
+
+def test_pages_leave_no_request_in_flight_and_none_fails(dpage, demo):
+    page = dpage
+    requests: list[str] = []
+    aborted: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("requestfailed", lambda r: aborted.append(f"{r.url} {r.failure}"))
+    bug = demo["runs"][BUGGY]
+    step = httpx.get(f"{demo['base']}/api/runs/{bug}", timeout=30).json()["steps"][18]
+    group = httpx.get(f"{demo['base']}/api/batches/{step['batch_ref']}", timeout=30).json()["episodes"][0]["group"]
+    for url in ("/", f"/r/{bug}", f"/b/{step['batch_ref']}", f"/b/{step['batch_ref']}/g/{group}"):
+        requests.clear()
+        _open(page, url)
+        if "/g/" in url:
+            # The group page draws what each attempt did from its one answer: no request per attempt.
+            assert page.locator("#calls-table tbody tr").count() >= 2
+            assert not [u for u in requests if "/api/episodes/" in u]
+        # Leaving the page as soon as it says it is open aborts nothing (every request answered).
+        page.goto("about:blank")
+        assert aborted == [], url
+    assert page.failed == [] and page.probe.errors == []

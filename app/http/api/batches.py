@@ -208,6 +208,12 @@ def get_group(request: Request, group: str, session: SessionDep, batch_id: str =
         detail = group_detail(batch_summaries(session, bid), group)
     if detail is None:
         raise not_found(f"Group {group!r} of batch {bid}")
+    # What each attempt did (meta.calls, when the upload says), so the page needs no request per
+    # attempt.
+    calls = {r.slug: json_loads(r.meta_json or "{}").get("calls") for r in rows if r.group == group}
+    for e in detail["episodes"]:
+        c = calls.get(e["slug"])
+        e["calls"] = c if isinstance(c, list) else None
     return json_response(detail)
 
 
