@@ -41,6 +41,7 @@ from torch import Tensor
 from .. import groups as G
 from .. import token as T
 from .. import verl_family as V
+from .._scan import compress
 from ..groups import group_ids, group_stats
 from ..registry import EstimatorInput, EstimatorOutput, register
 from ._common import broadcast, contiguous_size, float_dtype, policy, returns_over, whiten_unbiased
@@ -200,9 +201,7 @@ def _otb_inputs(inp: EstimatorInput) -> tuple[Tensor, Tensor]:
     reference="optimal_token_baseline",
 )
 def _verl_otb(inp: EstimatorInput) -> EstimatorOutput:
-    lp, spp = _otb_inputs(inp)
-    a, g = V.optimal_token_baseline(inp.rewards, inp.mask, inp.groups, lp, spp, handle_zero_tail=True)
-    return EstimatorOutput(advantages=a, value_targets=g)
+    return _otb(inp, tir=False)
 
 
 @_reg(
@@ -216,9 +215,38 @@ def _verl_otb(inp: EstimatorInput) -> EstimatorOutput:
     reference="tir_optimal_token_baseline",
 )
 def _verl_tir(inp: EstimatorInput) -> EstimatorOutput:
+    return _otb(inp, tir=True)
+
+
+def _otb(inp: EstimatorInput, tir: bool) -> EstimatorOutput:
+    """``estimators.verl_family``'s optimal token baselines (zero tail on, eps 1e-8), with the
+    undiscounted returns from the one-pass kernel."""
     lp, spp = _otb_inputs(inp)
-    a, g = V.tir_optimal_token_baseline(inp.rewards, inp.mask, inp.groups, lp, spp, handle_zero_tail=True)
-    return EstimatorOutput(advantages=a, value_targets=g)
+    m = policy(inp)
+    B, T = m.shape
+    g = returns_over(inp.rewards, m, 1.0)
+    W = V._otb_weights(lp.to(g.dtype), spp.to(g.dtype), m, None)
+    inv, ng = group_ids(inp.groups, B, g.device)
+    if not tir:  # baselines per column
+        member = torch.ones(B, dtype=torch.bool, device=g.device)
+        b = V._group_baseline(g, torch.where(m, W, 0), inv, ng, member, 1e-8)
+        if B:
+            uniq, second = V._zero_tail_rows(m.sum(1), inv, ng, member)
+            cnt = torch.zeros(ng, dtype=torch.long).index_add_(0, inv, torch.ones_like(inv))
+            cols = torch.arange(T, device=g.device)[None, :]
+            b = b.masked_fill((uniq & (cnt[inv] > 1))[:, None] & (cols >= second[:, None]), 0)
+        return EstimatorOutput(advantages=(g - b) * m, value_targets=g)
+    # TIR: per ordinal of the policy token (the compressed layout), rows without one left out
+    lay = compress(m)
+    gc, wc = lay.scatter(g), lay.scatter(W)
+    member = lay.counts > 0
+    b = V._group_baseline(gc, wc, inv, ng, member, 1e-8)
+    if B:
+        uniq, second = V._zero_tail_rows(lay.counts, inv, ng, member)
+        cnt = torch.zeros(ng, dtype=torch.long).index_add_(0, inv, member.long())
+        ordinal = torch.arange(lay.width, device=g.device)[None, :] - 1  # column 0 is the dummy
+        b = b.masked_fill((uniq & (cnt[inv] > 1))[:, None] & (ordinal >= second[:, None]), 0)
+    return EstimatorOutput(advantages=lay.gather(gc - b), value_targets=g)
 
 
 # ---- outcome ------------------------------------------------------------------------------------
