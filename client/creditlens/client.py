@@ -119,14 +119,21 @@ class Client:
         self._runs: list[Run] = []
 
     def run(
-        self, name: str, config: dict[str, Any] | None = None, resume: bool = False, keep: int | None = None
+        self,
+        name: str,
+        config: dict[str, Any] | None = None,
+        resume: bool = False,
+        keep: int | None = None,
+        trainer: str | None = None,
     ) -> Run:
         """A run on the server (created now when the server answers; else by the sender thread
         before its first step). ``resume=True`` reuses the newest run of that name, and first sends
         the steps earlier processes left unsent in the spool for it. ``keep``: the episodes the
         server keeps in full per step (whole groups, the telling ones first; its metrics still count
-        every episode); None keeps every one."""
-        run = Run(self, name, config or {}, resume, keep)
+        every episode); None keeps every one. ``trainer``: the trainer whose advantages the steps
+        carry (verl, trl, openrlhf, skyrl, areal, nemo_rl, prime_rl, slime; the adapters say it
+        themselves): the server shows that trainer's estimator, which ``config`` names, beside them."""
+        run = Run(self, name, config or {}, resume, keep, trainer)
         self._runs.append(run)
         return run
 
@@ -162,11 +169,19 @@ class Run:
     """One training run. Use :meth:`log` / :meth:`log_tensors` once per training step."""
 
     def __init__(
-        self, client: Client, name: str, config: dict[str, Any], resume: bool, keep: int | None = None
+        self,
+        client: Client,
+        name: str,
+        config: dict[str, Any],
+        resume: bool,
+        keep: int | None = None,
+        trainer: str | None = None,
     ) -> None:
         self._client = client
         self.name = name
-        self.config = config
+        # The trainer travels in the config (a server of any version keeps it) and with each step.
+        self.config = {**config, "trainer": trainer} if trainer else config
+        self.trainer = trainer
         self.resume = resume
         self.keep = keep
         self.id: int | None = None
@@ -525,7 +540,7 @@ class Run:
         else None (given up, or the run closed). ``spooled``: a server that is down, slow or
         unavailable (429/502/503/504) is retried until it answers or the run is closed;
         ``max_retries`` bounds only the other 5xx answers. Otherwise every retry counts."""
-        params = {k: v for k, v in (("format", fmt), ("name", name)) if v}
+        params = {k: v for k, v in (("format", fmt), ("name", name), ("trainer", self.trainer)) if v}
         attempt = counted = 0
         while counted <= self._client.max_retries:
             if attempt:

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl
 
 
 def closed_port() -> int:
@@ -105,7 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
                 rid = len(srv.runs) + 1
                 srv.runs[rid] = json.loads(body)["name"]
             return self._answer(201, {"id": rid, "url": f"/r/{rid}", "delete_token": "tok"})
-        m = re.fullmatch(r"/api/runs/(\d+)/steps/(\d+)\?format=(\w+)", self.path)
+        m = re.fullmatch(r"/api/runs/(\d+)/steps/(\d+)\?format=(\w+)(&.*)?", self.path)
         if not m:
             return self._answer(404, {"error": {"status": 404, "code": "not_found", "message": self.path}})
         key = (int(m.group(1)), int(m.group(2)))
@@ -121,6 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
             if key in srv.steps:
                 return self._answer(409, {"error": {"status": 409, "code": "conflict", "message": "exists"}})
             srv.steps[key] = (m.group(3), body)
+            srv.step_params[key] = dict(parse_qsl(self.path.partition("?")[2]))
             srv.cond.notify_all()
         self._answer(201, {"batch_id": 1, "episodes": [], "delete_token": "t", "step": key[1]})
 
@@ -145,6 +147,7 @@ class HTTPServer:
         self.httpd.requests = []
         self.httpd.runs = {}
         self.httpd.steps = {}
+        self.httpd.step_params = {}
         self.httpd.lock = threading.Lock()
         self.httpd.cond = threading.Condition(self.httpd.lock)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -161,6 +164,11 @@ class HTTPServer:
     @property
     def steps(self) -> dict:
         return self.httpd.steps
+
+    @property
+    def step_params(self) -> dict:
+        """The query of each recorded step upload: ``step_params[(run, step)] = {name: value}``."""
+        return self.httpd.step_params
 
     @property
     def runs(self) -> dict:

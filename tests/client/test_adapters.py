@@ -35,6 +35,8 @@ def test_verl_dataproto_goes_through_log_dataproto(server):
         run = c.run("verl")
         log_dataproto(run, 12, vb.data, tok)
         assert run.flush(timeout=60) and run.sent == 1
+    # The adapter says the steps are verl's.
+    assert run.trainer == "verl" and server.step_params[(1, 12)]["trainer"] == "verl"
     fmt, body = server.steps[(1, 12)]
     eps = parse_upload(body, fmt).episodes
     assert [e.group for e in eps] == ["u-a", "u-a", "u-b", "u-b"]
@@ -67,6 +69,7 @@ def test_trl_grpo_trainer_is_tracked(server, tmp_path):
         assert run.flush(timeout=60)
         assert (run.sent, run.failed, run.dropped) == (2, 0, 0)
     assert sorted(server.steps) == [(1, 0), (1, 1)]
+    assert {server.step_params[k]["trainer"] for k in server.steps} == {"trl"}
     for key in sorted(server.steps):
         fmt, body = server.steps[key]
         eps = parse_upload(body, fmt).episodes

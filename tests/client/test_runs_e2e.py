@@ -90,3 +90,28 @@ def test_verl_dataproto_lands_on_the_server(server):
         assert "".join(ep["tokens"][:n_p]) == tok.decode(vb.prompt_rows[b // 2])
     series = httpx.get(f"{server}/api/runs/{run.id}/metrics").json()
     assert series["pass_rate"] == [[12, 0.5]]
+
+
+def test_a_named_trainer_and_its_config_reach_the_episode_page(server):
+    """client.run(trainer=...) keeps the trainer in the run's config; the config names its
+    estimator, so a step's episode opens on the upload, that dialect and its reference."""
+    eps = [
+        {
+            "tokens": ["Q", "a", "b", "t", "c"],
+            "kinds": ["prompt", "policy", "policy", "tool", "policy"],
+            "reward": r,
+            "advantages": [0.0, a, a, 0.0, a],
+            "group": "g",
+        }
+        for r, a in ((1.0, 0.7), (0.0, -0.7))
+    ]
+    with Client(server, strict=True) as c:
+        run = c.run("named", config={"algorithm": {"adv_estimator": "grpo"}}, trainer="verl")
+        run.log(3, eps)
+        assert run.flush(timeout=60) and run.sent == 1
+    cfg = httpx.get(f"{server}/api/runs/{run.id}").json()["config"]
+    assert cfg == {"algorithm": {"adv_estimator": "grpo"}, "trainer": "verl"}
+    batch_id = httpx.get(f"{server}/api/runs/{run.id}").json()["steps"][0]["batch_id"]
+    slug = httpx.get(f"{server}/api/batches/{batch_id}").json()["episodes"][0]["slug"]
+    view = httpx.get(f"{server}/e/{slug}?format=json").json()["view"]
+    assert view["schemes"] == ["uploaded", "verl:grpo", "grpo", "audit_diff"]

@@ -28,7 +28,7 @@ from app.core.trainers import check_trainer
 from app.http.api._json import dumps, json_response
 from app.http.api.batches import _iso
 from app.http.api.deps import client_protocol, require_write, stored_id
-from app.http.api.uploads import FormatQuery, NameQuery, ingest, ingest_thread, read_upload
+from app.http.api.uploads import FormatQuery, NameQuery, TrainerQuery, ingest, ingest_thread, read_upload
 from app.storage import runs as rs
 from app.storage.db import SessionDep
 from app.storage.episode_search import FIELDS, LIMIT_DEFAULT, LIMIT_MAX, search
@@ -388,6 +388,7 @@ async def post_step(
     step: int = Path(ge=0, lt=2**31, description="the training step (a non-negative integer)"),
     format: str | None = FormatQuery,
     name: str | None = NameQuery,
+    trainer: str | None = TrainerQuery,
 ) -> Response:
     """The step's episodes in any upload format (multipart, JSON or raw bytes with ``?format=``),
     stored as one batch with the step's metrics. 409 when the run already has this step: nothing
@@ -401,7 +402,7 @@ async def post_step(
     run_name, visibility = run.name, run.visibility  # a step inherits its run's visibility
     keep, keep_every = run.keep, run.keep_every
     run_config = rs.run_config(run)  # ... and its trainer, with the config naming its estimator
-    body = await read_upload(request, format, name)
+    body = await read_upload(request, format, name, trainer=trainer)
     settings = request.app.state.settings
     try:
         out = await ingest_thread(

@@ -35,8 +35,13 @@ __all__ = ["track"]
 
 def track(trainer: Any, run: Any, tokenizer: Any = None) -> Any:
     """Wrap ``trainer`` (a TRL ``GRPOTrainer``) so each generation step is logged to ``run``;
-    returns the trainer. ``tokenizer`` defaults to the trainer's own."""
+    returns the trainer. ``tokenizer`` defaults to the trainer's own. The run's steps say they are
+    TRL's (``run.trainer``); create the run with ``config=trainer.args.to_dict()`` so the server
+    reads its ``GRPOConfig`` (``loss_type``, ``scale_rewards``, ...)."""
     import torch
+
+    if getattr(run, "trainer", None) is None:
+        run.trainer = "trl"
 
     state: dict[str, Any] = {"rewards_per_func": None}
     tok = (

@@ -29,8 +29,12 @@ FIELDS = {name: keys for name, keys in VERL_PER_TOKEN.items() if name != "return
 
 def log_dataproto(run: Any, step: int, data: Any, tokenizer: Any = None) -> None:
     """Log one verl ``DataProto`` as training step ``step`` of ``run`` (never raises for bad
-    data unless the client is strict; see ``Run.log_tensors``)."""
+    data unless the client is strict; see ``Run.log_tensors``). The run's steps say they are
+    verl's (``run.trainer``), unless the run named another trainer."""
     import torch
+
+    if getattr(run, "trainer", None) is None:
+        run.trainer = "verl"
 
     try:
         batch = data.batch
