@@ -159,11 +159,15 @@ def test_the_demo_bug_from_the_run_page_to_the_token_with_one_meaning_of_severit
     # The steps table says the same, with the share of |A| off the policy tokens beside it.
     head = page.locator("#steps thead th").all_text_contents()
     assert "audit findings" in head and "share of |A| off policy" in head
-    row = page.locator("#steps tbody tr").filter(has=page.locator("td:first-child", has_text=re.compile(r"^18$")))
+    row = page.locator("#steps tbody tr").filter(
+        has=page.locator("td:first-child", has_text=re.compile(r"^18$"))
+    )
     cells = row.locator("td").all_text_contents()
     assert cells[head.index("audit findings")] == "1 warning"
     assert cells[head.index("share of |A| off policy")] != "0%"
-    clean = page.locator("#steps tbody tr").filter(has=page.locator("td:first-child", has_text=re.compile(r"^30$")))
+    clean = page.locator("#steps tbody tr").filter(
+        has=page.locator("td:first-child", has_text=re.compile(r"^30$"))
+    )
     assert clean.locator("td").all_text_contents()[head.index("audit findings")] == "0"
     # The step's batch page: the finding is a headline card on the first screen.
     row.get_by_role("link").click()
@@ -248,7 +252,9 @@ def test_the_most_credited_token_from_the_batch_table(page, server):
     eps = [
         _with_advantages({**data.handbuilt(), "group": "g"}, {9: 0.9}),
         _with_advantages({**data.handbuilt(), "group": "g"}, {5: -1.5, 6: 1.2}),
-        _with_advantages({**data.handbuilt(), "group": "g", "tokens": [*data.handbuilt()["tokens"][:9], "x"]}, {0: 0.3}),
+        _with_advantages(
+            {**data.handbuilt(), "group": "g", "tokens": [*data.handbuilt()["tokens"][:9], "x"]}, {0: 0.3}
+        ),
     ]
     body = httpx.post(
         f"{server}/api/uploads",
@@ -351,7 +357,9 @@ def test_every_page_at_a_laptops_and_a_phones_width_light_and_dark(browser, demo
     page = ctx.new_page()
     probe = PageProbe(page)
     outside: list[str] = []
-    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith((base, "data:", "blob:")) else None)
+    page.on(
+        "request", lambda r: outside.append(r.url) if not r.url.startswith((base, "data:", "blob:")) else None
+    )
     for name, url in pages.items():
         _open(page, url)
         # No sideways scrolling of the page: wide tables and strips scroll in their own box.
@@ -375,7 +383,9 @@ def test_redoc_and_talk_mode(page):
     outside: list[str] = []
     page.on(
         "request",
-        lambda r: outside.append(r.url) if not r.url.startswith(("http://127.0.0.1", "blob:", "data:")) else None,
+        lambda r: (
+            outside.append(r.url) if not r.url.startswith(("http://127.0.0.1", "blob:", "data:")) else None
+        ),
     )
     page.goto("/redoc")
     page.wait_for_selector("text=API docs by Redocly")
@@ -393,7 +403,9 @@ MANY = "uploaded,outcome,token_gae,turn_gae,gigpo,returns,td,oracle,audit_refere
 @pytest.mark.parametrize("width", [1400, 390])
 def test_many_rows_stay_readable(browser, demo, width):
     bug = demo["runs"][BUGGY]
-    rows = httpx.get(f"{demo['base']}/api/runs/{bug}/episodes", params={"step__eq": 18, "limit": 1}, timeout=30).json()
+    rows = httpx.get(
+        f"{demo['base']}/api/runs/{bug}/episodes", params={"step__eq": 18, "limit": 1}, timeout=30
+    ).json()
     ctx = browser.new_context(viewport={"width": width, "height": 900}, base_url=demo["base"])
     page = ctx.new_page()
     page.goto(f"/e/{rows[0]['slug']}?scheme={MANY}&critic=zero")
@@ -444,7 +456,9 @@ def test_charts_label_every_group_and_keep_blue_red_for_the_sign(page, server):
     page.wait_for_selector("body[data-ready='1']")
     page.wait_for_selector('#loss-box[data-ready="1"]')
     names = [f"task{g:02d}" for g in range(20)]
-    groups = page.evaluate("document.getElementById('fig-groups').data.map(t => ({name: t.name, y: t.y, x: t.x}))")
+    groups = page.evaluate(
+        "document.getElementById('fig-groups').data.map(t => ({name: t.name, y: t.y, x: t.x}))"
+    )
     assert sorted(groups[0]["y"] + groups[1]["y"]) == names  # every group on the axis
     zero = next(t for t in groups if t["name"].startswith("zero variance"))
     assert sorted(zero["y"]) == names[:5] and min(zero["x"]) > 0  # visible although the pass rate is 0
@@ -502,7 +516,11 @@ def test_compare_the_two_demo_runs_by_name(dpage, demo):
     assert [r["id"] for r in api["runs"]] == [demo["runs"][CLEAN], demo["runs"][BUGGY]]
     last = [s[-1][1] for s in api["metrics"]["pass_rate"]]
     row = page.locator('#c-summary tr[data-metric="pass_rate"] td').all_text_contents()
-    assert row == [f"{100 * last[0]:.1f}%", f"{100 * last[1]:.1f}%", f"{'+' if last[1] > last[0] else '−'}{100 * abs(last[1] - last[0]):.1f}%"]
+    assert row == [
+        f"{100 * last[0]:.1f}%",
+        f"{100 * last[1]:.1f}%",
+        f"{'+' if last[1] > last[0] else '−'}{100 * abs(last[1] - last[0]):.1f}%",
+    ]
     # A metric equal everywhere gets no figure (the first panel is not a constant).
     assert page.locator("#fig-n_episodes").count() == 0 and "n_episodes" in page.text_content("#c-constant")
     assert page.locator("#c-figs .plot").first.get_attribute("id") == "fig-pass_rate"
@@ -541,7 +559,9 @@ def test_pages_leave_no_request_in_flight_and_none_fails(dpage, demo):
     page.on("requestfailed", lambda r: aborted.append(f"{r.url} {r.failure}"))
     bug = demo["runs"][BUGGY]
     step = httpx.get(f"{demo['base']}/api/runs/{bug}", timeout=30).json()["steps"][18]
-    group = httpx.get(f"{demo['base']}/api/batches/{step['batch_ref']}", timeout=30).json()["episodes"][0]["group"]
+    group = httpx.get(f"{demo['base']}/api/batches/{step['batch_ref']}", timeout=30).json()["episodes"][0][
+        "group"
+    ]
     for url in ("/", f"/r/{bug}", f"/b/{step['batch_ref']}", f"/b/{step['batch_ref']}/g/{group}"):
         requests.clear()
         _open(page, url)
