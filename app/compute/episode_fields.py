@@ -11,7 +11,7 @@ Definitions ("policy tokens" are the tokens of kind policy; A the trainer's uplo
   generated tokens carry a gradient.
 * ``max_ratio``: max over policy tokens of exp(logprob - rollout_logprob), the importance ratio
   between the trainer and the rollout engine (None without both; capped at e^700, so it stays a
-  finite number).
+  finite number); only tokens where both log-probs are finite count (app/compute/mismatch.py).
 * ``mean_entropy``: mean entropy on policy tokens (None without entropy).
 * ``n_findings`` / ``finding_codes``: the audit's findings that name the episode (their number and
   their codes, space-separated). An error finding flags the episodes it names when they are at
@@ -28,6 +28,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from app.compute import mismatch
 from app.core import domain
 from app.core.arrays import F64, EpisodeArrays, arrays_of
 from app.core.rows import FLOAT_COLUMNS, EpisodeRow, FloatField
@@ -96,8 +97,9 @@ def episode_fields(row: EpisodeRow) -> EpisodeFields:
         share = float(a[~policy].sum()) / total if total > 0 else 0.0
     logp, roll, ent = _float(row, "logprobs"), _float(row, "rollout_logprobs"), _float(row, "entropy")
     ratio = None
-    if logp is not None and roll is not None and policy.any():
-        ratio = float(np.exp(min(float((logp - roll)[policy].max()), MAX_LOG_RATIO)))
+    if logp is not None and roll is not None:
+        d = mismatch.log_ratio(policy, logp, roll)
+        ratio = float(np.exp(min(float(d.max()), MAX_LOG_RATIO))) if len(d) else None
     return EpisodeFields(
         n_tool_tokens=int((kinds == domain.TOOL).sum()),
         max_abs_adv=max_abs,

@@ -7,7 +7,8 @@ The advantages are the trainer's own (``advantages`` uploaded) or else the first
 the view. ``log_prob = old_log_prob =`` the episode's ``logprobs`` (verl's first update of a step:
 every PPO ratio is 1), or with ``bypass`` ``old_log_prob = rollout_logprobs`` (verl's bypass mode:
 the PPO ratio is the training/rollout ratio). Without ``logprobs`` the ratio is 1 (the row shows
-the aggregation alone). The rollout correction reads ``logprobs - rollout_logprobs``.
+the aggregation alone). The rollout correction reads ``logprobs - rollout_logprobs``. A token
+where either log-prob is not a finite number has ratio 1 (app/compute/mismatch.py).
 
 The weights of one episode are computed on its row alone, with the aggregation taken over its
 batch (``estimators.losses.BatchShape``: the batch's policy lengths, padded length and groups;
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from app.compute.mismatch import comparable
 from app.core import domain
 from app.core.errors import ApiError
 from estimators.losses import DEFAULT_LOSS, BatchShape, LossSpec, TokenState, available_losses, get_loss
@@ -160,6 +162,9 @@ def episode_loss_weights(
             field="bypass",
         )
 
+    if logprobs is not None and rollout_logprobs is not None:  # a position not compared: ratio 1
+        logprobs, rollout_logprobs = comparable(logprobs, rollout_logprobs)
+
     def row(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.nan_to_num(np.asarray(x, dtype=np.float64)))[None]
 
@@ -284,8 +289,7 @@ def episodes_removed(
             n = len(pol)
             mask[i, :n] = pol
             a[i, :n] = np.nan_to_num(np.where(pol, np.asarray(adv, dtype=np.float64), 0.0))
-            lp[i, :n] = np.nan_to_num(np.asarray(logp, dtype=np.float64))
-            rlp[i, :n] = np.nan_to_num(np.asarray(roll, dtype=np.float64))
+            lp[i, :n], rlp[i, :n] = comparable(logp, roll)  # a position not compared: ratio 1
         ta, tlp, trlp, tm = (torch.from_numpy(x) for x in (a, lp, rlp, mask))
         tw1, ts1 = loss_weights_and_states(ta, tlp, trlp, tm, loss=STEP_CLIP.loss, **dict(STEP_CLIP.given))
         tw2, ts2 = loss_weights_and_states(

@@ -13,6 +13,8 @@ them, one episode at a time. The per-token summaries, on policy tokens:
 * ``mean_entropy``: the per-token entropy;
 * ``mean_kl``: ``logprob - ref_logprob`` (the k1 estimate of KL to the reference policy);
 * ``mean_log_ratio`` / ``max_abs_log_ratio``: ``logprob - rollout_logprob``;
+  (``mean_kl`` and these count only the policy tokens where both log-probs are finite numbers: a
+  placeholder is never a mismatch, app/compute/mismatch.py)
 * ``clip_fraction`` / ``masked_fraction`` / ``length_bias_slope``: with the trainer's advantages,
   ``logprobs`` and ``rollout_logprobs``, the share of |A| whose loss weight is 0 by PPO clipping
   (verl's vanilla loss in bypass mode: the ratio is training / rollout) and by token-level IcePop
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from app.compute import mismatch
 from app.core import domain, metrics
 from app.core.arrays import F64, I32, json_loads
 from app.core.rows import EpisodeRow, FloatField
@@ -46,10 +49,13 @@ Source = EpisodeIn | ArrayEpisode | None
 
 _SIGNALS: tuple[FloatField, ...] = ("ref_logprobs", "rollout_logprobs", "entropy")  # arrays.SIGNAL_FIELDS
 _LOSS_INPUTS: tuple[FloatField, ...] = ("advantages", "logprobs", "rollout_logprobs")
+# Log-prob fields: an array kept in meta may hold placeholders (NaN, null) where nothing was scored.
+_LOGPROBS: tuple[FloatField, ...] = ("logprobs", "ref_logprobs", "rollout_logprobs")
 
 
 def _array(row: EpisodeRow, ep: Source, name: FloatField, n: int) -> np.ndarray | None:
-    """[n] float64 of a per-token field, or None when absent, of the wrong length or not finite."""
+    """[n] float64 of a per-token field, or None when absent, of the wrong length or (but for a
+    log-prob field, whose unscored positions stay NaN) not finite."""
     raw = row[name]
     if raw is not None:
         arr = raw.astype(F64, copy=False)  # the row's column: validated finite, one per token
@@ -64,7 +70,7 @@ def _array(row: EpisodeRow, ep: Source, name: FloatField, n: int) -> np.ndarray 
         arr = np.asarray(vals, dtype=F64)
     except (TypeError, ValueError):
         return None
-    if arr.shape != (n,) or not np.isfinite(arr).all():
+    if arr.shape != (n,) or (name not in _LOGPROBS and not np.isfinite(arr).all()):
         return None
     return arr
 
@@ -146,9 +152,10 @@ class StepMetrics:
             self.entropy.add(signals["entropy"][policy])
         logp = _array(row, ep, "logprobs", n)
         if logp is not None and signals["ref_logprobs"] is not None:
-            self.kl.add((logp - signals["ref_logprobs"])[policy])
+            ref = signals["ref_logprobs"]
+            self.kl.add((logp - ref)[mismatch.scored(policy, logp, ref)])
         if logp is not None and signals["rollout_logprobs"] is not None:
-            d = (logp - signals["rollout_logprobs"])[policy]
+            d = mismatch.log_ratio(policy, logp, signals["rollout_logprobs"])
             self.log_ratio.add(d)
             if len(d):
                 m = float(np.abs(d).max())
