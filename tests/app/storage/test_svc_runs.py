@@ -257,6 +257,9 @@ def hand_batch() -> tuple[bytes, dict]:
         "masked_fraction": 0.0,
         # e0 and e1 (the episodes with |A|) both have 3 policy tokens: no slope.
         "length_bias_slope": None,
+        # No episode's meta names drift: 0 of 4 episodes, 0 of 12 policy tokens.
+        "drift_episode_share": 0.0,
+        "drift_token_share": 0.0,
     }
     return body, expected
 
