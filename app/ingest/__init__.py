@@ -45,6 +45,7 @@ from app.core.errors import ApiError
 from app.core.schemas import EpisodeIn
 from app.core.validate import native_of
 from app.ingest._common import Parsed, Record
+from app.ingest._containers import gunzip, is_gzip
 from app.ingest._damage import check as check_damage
 from app.ingest._document import Document
 from app.ingest._mapping import iter_mapped, parse_mapping, unknown_format_hint
@@ -70,7 +71,7 @@ discover()
 
 def detect(data: bytes | Document) -> str:
     """The name of the format of ``data``; ApiError 422 ``unknown_format`` if none matches."""
-    return _sniffed(Document.of(data)).name
+    return _sniffed(data if isinstance(data, Document) else _opened(data)).name
 
 
 def _sniffed(doc: Document) -> Format:
@@ -95,9 +96,16 @@ def _sniffed(doc: Document) -> Format:
     )
 
 
+def _opened(data: bytes) -> Document:
+    """The upload's document; a gzip upload inflated first (413 beyond its limit, 422 when the
+    gzip is damaged), so every format reads its contents, not only the transcript reader."""
+    doc = Document.of(data)
+    return Document.of(gunzip(doc.data)) if is_gzip(doc.data) else doc
+
+
 def _resolve(data: bytes, fmt: str | None) -> tuple[Document, Format]:
     """(the upload's document, its format); 422 for an empty upload or an unknown format."""
-    doc = Document.of(data)
+    doc = _opened(data)
     if not doc.data.strip():
         raise ApiError(422, "empty_upload", "the upload is empty.")
     check_damage(doc.data)  # a truncated zip / parquet / safetensors says so, whatever the format
@@ -135,7 +143,7 @@ def iter_upload(
     ("mapped")."""
     mapped = parse_mapping(mapping)
     if mapped is not None:
-        return "mapped", iter_mapped(Document.of(data).data, mapped)
+        return "mapped", iter_mapped(_opened(data).data, mapped)
     doc, found = _resolve(data, fmt)
     return found.name, _with_source(found.stream(doc, tokenizer), f"upload:{found.name}")
 

@@ -133,6 +133,8 @@ def run_upload(args: argparse.Namespace) -> int:
     if n > 5:
         print(f"  ... and {n - 5} more")
     print(f"delete token (shown once): {body['delete_token']}")
+    for warning in body.get("warnings") or []:  # e.g. no reward found: stored, but say so
+        print(f"creditlens upload: warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(body))
     return 0

@@ -193,8 +193,11 @@ def test_upload_with_map(server, tmp_path):
         },
     ]
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # The transcript reader finds the messages under `conv` by their shape; `ok` is no reward name,
+    # so the episodes are stored with reward null and the server's warning is printed.
     r = run("upload", str(f), "--server", url)
-    assert r.returncode == 1 and "`conv` (list of 2 messages)" in r.stderr and "--map" in r.stderr
+    assert r.returncode == 0, r.stderr
+    assert "warning: 2 of 2 episodes have no reward" in r.stderr and "mapping=" in r.stderr
     r = run(
         "upload",
         str(f),
@@ -214,6 +217,32 @@ def test_upload_with_map(server, tmp_path):
     assert [(e["reward"], e["group"]) for e in eps] == [(1.0, "a"), (0.0, "a")]
     r = run("upload", str(f), "--server", url, "--map", '{"messages": "conv"}')
     assert r.returncode == 0, r.stderr
+    # Records with neither messages nor prompt/reply names: refused with the tree and a mapping.
+    g = tmp_path / "odder.jsonl"
+    g.write_text(
+        "".join(json.dumps({"ask": "2+2?", "said": s, "ok": v}) + "\n" for s, v in (("4", 1), ("5", 0)))
+    )
+    r = run("upload", str(g), "--server", url)
+    assert r.returncode == 1 and "ask: text; said: text" in r.stderr and "--map" in r.stderr
+    r = run(
+        "upload",
+        str(g),
+        "--server",
+        url,
+        "--map",
+        "prompt=ask",
+        "--map",
+        "response=said",
+        "--map",
+        "reward=ok",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    body = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [httpx.get(f"{url}/api/episodes/{e['slug']}").json()["reward"] for e in body["episodes"]] == [
+        1.0,
+        0.0,
+    ]
 
 
 def test_the_clients_upload_command_posts_to_the_servers_upload_route():
