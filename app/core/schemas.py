@@ -410,9 +410,9 @@ class StepUploadOut(UploadOut):
 
 
 class EpisodeSummary(NamedTuple):
-    """One episode of a batch without its arrays: the batch API's episode row
-    (:class:`BatchEpisodeOut`, the same fields in the same order) plus the meta JSON the
-    diagnostics read. Its fields are the columns batch_summaries selects."""
+    """One episode of a batch without its arrays: the stored columns of the batch API's episode
+    row (:class:`BatchEpisodeOut`'s leading fields, in its order; the API adds the rest) plus the
+    meta JSON the diagnostics read. Its fields are the columns batch_summaries selects."""
 
     slug: str
     group: str | None
