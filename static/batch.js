@@ -339,7 +339,8 @@ function loadLoss(b) {
 
 let batch = null;
 function load(offset, first) {
-  return fetchJSON(pageURL(offset))
+  // The first page is the preloaded URL: asked for the same way (no extra headers), it is reused.
+  return fetchJSON(pageURL(offset), offset === startOffset && pageURL(offset) === init.api ? { headers: {} } : {})
     .then((b) => {
       batch = b;
       if (first) {

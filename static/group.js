@@ -57,7 +57,7 @@ function renderCalls(eps) {
 }
 
 let group = null;
-fetchJSON(init.api)
+fetchJSON(init.api, { headers: {} }) // the preloaded URL, asked for the same way
   .then((g) => {
     group = g;
     render(g);
