@@ -120,20 +120,27 @@ def contiguous_size(groups: Labels, B: int) -> int | None:
     return n
 
 
-def whiten_unbiased(x: Tensor, stats: Tensor, out: Tensor | None = None) -> Tensor:
+def whiten_unbiased(x: Tensor, stats: Tensor, out: Tensor | None = None, zero_off: bool = False) -> Tensor:
     """verl's and SkyRL's ``masked_whiten(x, mask)`` with the int64 mask their trainers pass:
     mean over ``stats`` (bool [B, T]), variance times N/(N-1) computed as an integer division
     (float32), ``(x - mean) * rsqrt(var + 1e-8)``; returned where ``out`` (bool, default
-    ``stats``) is True, 0 elsewhere. With fewer than 2 positions in ``stats`` the trainers raise;
-    here the result is 0 (there is nothing to whiten against)."""
-    n = int(stats.sum().item())
+    ``stats``) is True, 0 elsewhere. ``zero_off``: ``x`` is already 0 off ``stats`` (a scan's or a
+    broadcast's output), so the sums read ``x`` alone (the variance as sum x^2 - N mean^2: within
+    1e-14 of the two-pass one for advantages). With fewer than 2 positions in ``stats`` the
+    trainers raise; here the result is 0 (there is nothing to whiten against)."""
+    n = int(torch.count_nonzero(stats).item())  # (a bool sum converts the mask to int64 first)
     if n < 2:
         return torch.zeros_like(x)
     zero = torch.zeros((), dtype=x.dtype)
+    bessel = torch.tensor(n) / torch.tensor(n - 1)  # int64 / int64: float32, as theirs
+    if zero_off:
+        flat = x.reshape(-1)
+        mean = flat.sum() / n
+        var = (torch.dot(flat, flat) / n - mean * mean) * bessel
+        return torch.where(stats if out is None else out, x, mean).sub_(mean).mul_(torch.rsqrt(var + 1e-8))
     mean = torch.where(stats, x, zero).sum() / n  # the same terms in the same order as x * mask
     c = torch.where(stats, x, mean).sub_(mean)  # x - mean on the mask, 0 elsewhere
     flat = c.view(-1)
-    bessel = torch.tensor(n) / torch.tensor(n - 1)  # int64 / int64: float32, as theirs
     var = torch.dot(flat, flat) / n * bessel
     c.mul_(torch.rsqrt(var + 1e-8))
     if out is not None and out is not stats:

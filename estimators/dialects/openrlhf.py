@@ -103,7 +103,7 @@ def _whiten(adv: Tensor, m: Tensor, no_std_norm: bool) -> Tensor:
     """OpenRLHF's batch normalisation: mean and biased variance over the policy tokens in float32
     (``all_advantages.float()``), ``var.clamp(min=1e-8).rsqrt()``, applied in the advantages'
     dtype; 0 off-mask. ``no_std_norm``: the mean only."""
-    n = int(m.sum().item())
+    n = int(torch.count_nonzero(m).item())
     if n == 0:
         return torch.zeros_like(adv)
     a32 = adv.to(torch.float32)

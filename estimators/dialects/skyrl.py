@@ -73,7 +73,7 @@ def _skyrl_gae(inp: EstimatorInput) -> EstimatorOutput:
     # and their values and rewards read; after the response V = 0.
     adv, tgt = tok.gae(r, inp.values.to(cdt), span, float(inp.gamma), float(inp.lam))
     zero = torch.zeros((), dtype=cdt)
-    out = whiten_unbiased(adv, span, out=m)
+    out = whiten_unbiased(adv, span, out=m, zero_off=True)
     return EstimatorOutput(advantages=out.to(dtype), value_targets=torch.where(m, tgt, zero).to(dtype))
 
 
@@ -96,7 +96,7 @@ def _skyrl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
     dtype = float_dtype(inp)
     ret = returns_over(inp.rewards.to(torch.float32), span, inp.gamma)  # no reset inside the response
     zero = torch.zeros((), dtype=torch.float32)
-    adv = whiten_unbiased(ret, span, out=m)
+    adv = whiten_unbiased(ret, span, out=m, zero_off=True)
     return EstimatorOutput(advantages=adv.to(dtype), value_targets=torch.where(m, ret, zero).to(dtype))
 
 

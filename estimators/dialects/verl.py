@@ -86,8 +86,9 @@ def _group_mean_std(s: Tensor, inp: EstimatorInput, std: bool = True) -> tuple[T
 
 def whiten_int_mask(x: Tensor, m: Tensor) -> Tensor:
     """verl's ``masked_whiten(x, response_mask) * response_mask`` with its int64 mask (see
-    :func:`~estimators.dialects._common.whiten_unbiased`); 0 off-mask."""
-    return whiten_unbiased(x, m)
+    :func:`~estimators.dialects._common.whiten_unbiased`) of an ``x`` that is 0 off-mask (every
+    caller's is: a masked scan or a broadcast times the mask); 0 off-mask."""
+    return whiten_unbiased(x, m, zero_off=True)
 
 
 def _grpo_scalars(s: Tensor, inp: EstimatorInput, norm: bool) -> Tensor:
@@ -231,7 +232,9 @@ def _otb(inp: EstimatorInput, tir: bool) -> EstimatorOutput:
         member = torch.ones(B, dtype=torch.bool, device=g.device)
         b = V._group_baseline(g, torch.where(m, W, 0), inv, ng, member, 1e-8)
         if B:
-            uniq, second = V._zero_tail_rows(m.sum(1), inv, ng, member)
+            uniq, second = V._zero_tail_rows(
+                m.view(torch.uint8).sum(1, dtype=torch.int32).long(), inv, ng, member
+            )
             cnt = torch.zeros(ng, dtype=torch.long).index_add_(0, inv, torch.ones_like(inv))
             cols = torch.arange(T, device=g.device)[None, :]
             b = b.masked_fill((uniq & (cnt[inv] > 1))[:, None] & (cols >= second[:, None]), 0)
