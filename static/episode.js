@@ -1,5 +1,6 @@
 // Episode page: controls <-> URL query string <-> /api/episodes/{slug}/advantages -> strips.
 import { Overview } from "./overview.js";
+import { renderDrift } from "./drift.js";
 import { TokenStrip, maxAbs } from "./strip.js";
 import { $, SCHEME_COLORS, clip, plot } from "./page.js";
 import { copyText, csvCell, debounce, download, el, fetchJSON, fmt, inkOn, markOpen, qnum, queryString, readInitial, rgb, signalColor, signalGradient, signalScale, urls, useSignals, viewPairs } from "./util.js";
@@ -297,6 +298,7 @@ function render() {
   overview.setData(d, rows, strip);
   syncOverview();
   renderControlNotes(d);
+  renderDrift($("drift-box"), d, (p) => strip.setCursor(p));
   jumps = jumpTables(d, rows);
   renderTopList(d, jumps.tokens);
   renderCalls(d, rows, scale);

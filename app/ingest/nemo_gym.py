@@ -206,6 +206,8 @@ def _token_episode(
     special = None
     if tokenizer is not None:
         tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
+        for d in asm.drift:  # the re-rendered ids as the tokenizer's pieces, for the episode page
+            d["rerendered_tokens"] = tokenizer.row(np.asarray(d["rerendered_ids"], dtype=np.int64))[0]
     else:
         tokens = [id_token(x) for x in ids]
     return tokens, asm.kinds, asm.turns, ids, (logprobs if have_lp else None), special, asm.drift

@@ -240,3 +240,33 @@ def test_bad_records_name_the_field(client, bad, field):
     err = r.json()["error"]
     assert err["field"] == field and err["line"] == 2 and err["episode"] == 2
     assert row_counts(client) == (0, 0)
+
+
+def _word_tokenizer() -> bytes:
+    """A WordLevel tokenizer.json whose piece for id i is "w<i>" (ids 0..99)."""
+    return json.dumps(
+        {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": [],
+            "normalizer": None,
+            "pre_tokenizer": None,
+            "post_processor": None,
+            "decoder": None,
+            "model": {"type": "WordLevel", "vocab": {f"w{i}": i for i in range(100)}, "unk_token": "w0"},
+        }
+    ).encode()
+
+
+def test_the_re_render_as_tokenizer_pieces(client):
+    files = {
+        "file": ("r.jsonl", json.dumps(_rollout(1, 0, 1.0, _drifting_turns()))),
+        "tokenizer": ("tokenizer.json", _word_tokenizer()),
+    }
+    r = client.post("/api/uploads", files=files)
+    assert r.status_code == 201, r.text
+    ep = client.get(f"/api/episodes/{r.json()['episodes'][0]['slug']}").json()
+    [d] = ep["meta"]["drift"]
+    assert d["rerendered_ids"] == [99, 22] and d["rerendered_tokens"] == ["w99", "w22"]
+    assert ep["tokens"][5] == "w21"  # the sampled id the prompt re-rendered as 99
