@@ -154,7 +154,9 @@ export class Overview {
     const y0 = FLAG_H + 2;
     this.rows.forEach((row, r) => {
       ctx.fillStyle = "#222";
-      ctx.fillText(row.label.length > 20 ? row.label.slice(0, 19) + "…" : row.label, this.labelW - 8, y0 + r * LANE_H + LANE_H / 2);
+      // As many characters as the strips' label column holds at this font (the whole label, mostly).
+      const fit = Math.max(4, Math.floor((this.labelW - 12) / ctx.measureText("M").width));
+      ctx.fillText(row.label.length > fit ? row.label.slice(0, fit - 1) + "…" : row.label, this.labelW - 8, y0 + r * LANE_H + LANE_H / 2);
     });
     for (let k = 0; k < this.segs.length; k++) {
       const { x, w } = this.colOf(k);
