@@ -26,6 +26,7 @@ from torch import Tensor
 from .. import groups as G
 from .. import token as TK
 from ..losses import CLIPPING, TokenState, loss_weights_and_states
+from ..registry import get
 from .batch import Batch, is_token, on_policy_rewards, row_end_rewards
 from .candidates import Cand, broadcast, num, public
 from .constants import (
@@ -41,6 +42,7 @@ from .constants import (
     ZEROED_WARN_SHARE,
 )
 from .dialects import departures
+from .dialects import run as run_dialect
 from .hypotheses import CONVENTIONS, HYPOTHESES, Hypothesis, base_scheme, fixed_raw, outcome_candidates, raw
 from .report import finding
 from .search import Search
@@ -182,6 +184,10 @@ def _raw_with_rewards(b: Batch, c: Cand, r: Tensor) -> Tensor | None:
     """The raw advantages of configuration ``c`` on ``b`` with the rewards ``r`` instead (None when
     the configuration does not exist there, e.g. a moved reward that no longer moves)."""
     bf = replace(b, r=r, r_end=row_end_rewards(r, b.pol, is_token(b.kinds)))
+    if c.params.get("trainer") is not None:  # a trainer's dialect: run it again, as it ran
+        return run_dialect(
+            get(c.scheme), bf, float(c.params.get("gamma", 1.0)), float(c.params.get("lam", 1.0))
+        )
     if c.kind == "outcome":
         cands = outcome_candidates(bf)
         # Once every reward is on a policy token the row's sum is the policy tokens' sum (one candidate).
