@@ -77,14 +77,19 @@ class TurnDrift:
 def common_prefix(a: list[int], b: list[int]) -> int:
     """The length of the longest common prefix of ``a`` and ``b``."""
     n = min(len(a), len(b))
-    i = 0
-    # Compare in blocks first: the prefix is usually the whole of ``a``.
-    step = 256
-    while i + step <= n and a[i : i + step] == b[i : i + step]:
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if a[:n] == b[:n]:  # the usual case: the prompt extends what was sampled (one C-level compare)
+        return n
+    # Bisect on slice comparisons (each in C) down to a short span, then step through it.
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 16:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while lo < hi and a[lo] == b[lo]:
+        lo += 1
+    return lo
 
 
 def align_turn(sampled_so_far: list[int], prompt: list[int]) -> TurnDrift | None:

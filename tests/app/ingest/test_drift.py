@@ -48,3 +48,13 @@ def test_a_prompt_shorter_than_the_sampled_ids() -> None:
     d = align_turn([1, 2, 3, 4], [1, 2])
     assert d is not None and d.start == 2 and d.rerendered == [] and d.differing == 2 and d.new_from == 2
     assert d.first_pair == (3, None)
+
+
+def test_common_prefix_against_a_plain_loop() -> None:
+    # Hand-made pairs that exercise the bisection (a mismatch past 16, 256 and near the end) and
+    # the short tail, against the element-by-element definition.
+    base = list(range(1000))
+    for k in (0, 1, 15, 16, 17, 255, 256, 257, 998, 999):
+        other = base[:k] + [-1] + base[k + 1 :]
+        assert common_prefix(base, other) == k
+    assert common_prefix(base, base[:300]) == 300 and common_prefix([], base) == 0
