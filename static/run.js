@@ -155,9 +155,6 @@ async function main() {
   // A frame has been produced since "ready": the first screen is on screen (bench/runs.py reads
   // this mark's time since the navigation started).
   performance.mark("run:open");
-  // The picker's list was asked for at the start; the page is open once it has answered too, so no
-  // request of the page is left in flight.
-  await picker;
   performance.mark("page:open"); // the mark every page sets (util.js markOpen)
   for (const [i, fig] of later.entries()) {
     if (i) await nextTask();
@@ -169,28 +166,11 @@ async function main() {
   timeline.dataset.drawn = "all";
 }
 
-// "Compare with": a picker of the other runs by name (with their ids), newest first.
-async function comparePicker() {
-  const sel = $("r-compare-with");
-  try {
-    const list = await fetchJSON(urls.apiRuns("limit=100"));
-    const here = String(init.run_id);
-    for (const r of list) {
-      const ref = String(r.ref ?? r.id);
-      if (ref === here) continue;
-      sel.append(el("option", { value: ref }, `${r.name || "run"} (id ${ref}, ${r.n_steps} steps)`));
-    }
-  } catch (_) {
-    // The list is a convenience: /r/compare?runs= takes ids or names typed in the address too.
-  }
-  sel.dataset.ready = "1";
-}
+// "Compare with": the server lists the other runs by name (with their ids) in the picker.
 $("r-compare").addEventListener("submit", (e) => {
   e.preventDefault();
   const other = $("r-compare-with").value;
   if (other) window.location.assign(urls.compare([init.run_id, other]));
 });
 
-// The picker's request goes beside the run's own (it is small; the first screen does not wait for it).
-const picker = comparePicker();
 main();

@@ -27,10 +27,11 @@ from app.http.web.talk import STEPS, step_or_none
 from app.storage.db import SessionDep
 from app.storage.episodes import episode_inputs_by_slug, episode_trainer_by_slug
 from app.storage.models import Batch, Episode, Run
-from app.storage.runs import run_by_ref, run_ref
+from app.storage.runs import list_runs, run_by_ref, run_ref
 from app.storage.store import batch_by_ref, batch_ref
 
 router = APIRouter(include_in_schema=False)
+COMPARE_PICKER = 100  # the runs a run page's "Compare with" offers (the newest)
 
 
 # The episode page's loss controls (verl's parameters; app/core/losses.py, from the loss registry).
@@ -203,6 +204,12 @@ async def run_page(request: Request, run_id: str, session: SessionDep) -> Respon
     # The metrics' names, labels and formats (app/core/metrics.py): the page draws what they say.
     initial = {**page, "api": api, "figures": metrics.run_figures(), "labels": metrics.labels()}
     ctx = {"initial": initial, "run_id": ref, "name": run.name}
+    # "Compare with": the other public runs by name, newest first, in the HTML (no request).
+    ctx["others"] = [
+        {"ref": run_ref(r), "name": r.name, "n_steps": n}
+        for r, n, _ in list_runs(session, limit=COMPARE_PICKER)
+        if r.id != run.id
+    ]
     return render(request, "run.html", {**ctx, "og": run_og(request, session, ref)})
 
 
