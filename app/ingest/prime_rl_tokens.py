@@ -89,8 +89,10 @@ def _mask(rec: Record, n: int) -> tuple[list[bool], dict[str, Any] | None]:
     }
 
 
-def _numbers(rec: Record, name: str, n: int) -> tuple[list[float | None], int] | None:
-    """A per-token field as numbers (booleans 0/1, null kept), and how many entries are null."""
+def _numbers(rec: Record, name: str, n: int) -> tuple[np.ndarray, int] | None:
+    """A per-token field as float64 [n] (booleans 0/1, null as NaN), and how many entries are null.
+    The list is converted in one numpy call; only a field that will not convert is walked, to name
+    the entry."""
     raw = rec.obj.get(name)
     if raw is None:
         return None
@@ -100,17 +102,23 @@ def _numbers(rec: Record, name: str, n: int) -> tuple[list[float | None], int] |
         raise rec.error(
             "length_mismatch", f"field `{name}` has {len(raw)} entries but `token_ids` has {n}.", name
         )
-    out: list[float | None] = []
-    nulls = 0
-    for i, v in enumerate(raw):
-        if v is None:
-            nulls += 1
-            out.append(None)
-        elif isinstance(v, (int, float)) and math.isfinite(v):
-            out.append(float(v))
-        else:
-            raise rec.error("wrong_type", f"field `{name}` entry {i} is {v!r}; expected a number.", name)
-    return out, nulls
+    try:
+        arr = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.shape != (n,):
+        for i, v in enumerate(raw):
+            if v is not None and not isinstance(v, (int, float)):
+                raise rec.error("wrong_type", f"field `{name}` entry {i} is {v!r}; expected a number.", name)
+        raise rec.error("wrong_type", f"field `{name}` must be a list of numbers.", name)
+    nulls = int(np.count_nonzero(~np.isfinite(arr)))
+    return arr, nulls
+
+
+def _with_nulls(arr: np.ndarray, nulls: int) -> list[float | None]:
+    """The numbers as a JSON-ready list, null where the trainer wrote null."""
+    out: list[float | None] = arr.tolist()
+    return [None if x != x else x for x in out] if nulls else out  # x != x: NaN
 
 
 def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> EpisodeIn:
@@ -128,11 +136,11 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
     non_finite: dict[str, int] = {}
     for src, dst in NATIVE.items():
         got = _numbers(rec, src, n)
-        if got is None or all(v is None for v in got[0]):
+        if got is None or got[1] == n:  # absent, or every entry null
             fields[dst] = None
             continue
         row, nulls = got
-        fields[dst] = [0.0 if v is None else v for v in row]
+        fields[dst] = (np.nan_to_num(row, nan=0.0, posinf=0.0, neginf=0.0) if nulls else row).tolist()
         if nulls:
             non_finite[src] = nulls
     signals: dict[str, list[float | None]] = {}
@@ -142,8 +150,8 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
         if value and all(isinstance(v, list) or v is None for v in value):
             continue  # top-k rows (sdpo_*_topk_*): not one number per token
         got = _numbers(rec, name, n)
-        if got is not None and any(v is not None for v in got[0]):
-            signals[name] = got[0]
+        if got is not None and got[1] < n:
+            signals[name] = _with_nulls(*got)
     if signals:
         meta["token_signals"] = signals
     if isinstance(obj.get("losses"), list):
@@ -154,7 +162,8 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
     trained = [i for i, m in enumerate(mask) if m]
     reward = None
     if rewards is not None and trained:
-        reward = rewards[0][trained[-1]]
+        last = float(rewards[0][trained[-1]])
+        reward = last if math.isfinite(last) else None
     special = None
     if tokenizer is not None:
         tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
