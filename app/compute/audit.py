@@ -63,7 +63,7 @@ def too_big(n_episodes: int, t_max: int, settings: Settings, where: str = "the b
 
 
 def run_audit(
-    arrays: Sequence[EpisodeArrays], turn_ids: bool = False
+    arrays: Sequence[EpisodeArrays], turn_ids: bool = False, trainer: str | None = None
 ) -> tuple[dict[str, Any], list[np.ndarray]]:
     """(the audit's JSON answer, each episode's reference advantages [T_i] float64) of a batch.
 
@@ -72,7 +72,8 @@ def run_audit(
     episode uploaded its turn ids (else a turn is a maximal run of policy tokens, the engine's
     default). With ``logprobs`` and ``rollout_logprobs`` on every episode the audit also names the
     large-|A| tokens the loss zeroes (``credit_clipped``, ``credit_masked_by_rollout_correction``;
-    bypass-mode ratio and IcePop window as the step metrics read them)."""
+    bypass-mode ratio and IcePop window as the step metrics read them). ``trainer``: the trainer the upload names (its
+    dialects are ranked first; estimators.audit.audit)."""
     import torch
 
     from app.core.metrics import STEP_LOSS_ICEPOP
@@ -129,6 +130,7 @@ def run_audit(
         drift=drift,
         drift_logprobs=drift_lp,
         misaligned=misaligned,
+        trainer=trainer,
     )
     Stats.computed += 1
     ref = res.reference

@@ -159,16 +159,18 @@ def compute_step(
     keep: int | None,
     step: int,
     new_slug: NewSlug,
+    trainer: str | None = None,
 ) -> RunStep:
     """Everything a run step stores (see the module docstring). ``keep``: the run's episodes
     kept in full per step (None: all); ``step`` seeds retention's random choice, so a re-post of
-    the step keeps the same episodes."""
+    the step keeps the same episodes. ``trainer``: the one the step names (the audit ranks its
+    dialects first)."""
     metrics = StepMetrics()
     rows = prepared_rows(items, settings, metrics)
     # The audit (torch, which releases the GIL) runs in a second thread while this one computes
     # the loss metrics, the per-episode search fields and the prompt history: on two cores the
     # step costs about the longer of the two, not their sum. Both only read the rows.
-    with step_audit_beside(rows, settings) as audited:
+    with step_audit_beside(rows, settings, trainer) as audited:
         metrics.add_deferred(rows)
         fields = [episode_fields(row) for row in rows]
         prompts = prompt_steps(rows)

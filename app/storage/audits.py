@@ -145,7 +145,11 @@ def batch_audit(session: Session, batch: Batch, settings: Settings) -> dict[str,
         raise blocker
     ids, slugs, arrays, all_turn_ids = _load(session, saved_id(batch))
     t0 = time.perf_counter()
-    body, refs = run_audit(arrays, turn_ids=all_turn_ids)
+    meta = json_loads(batch.meta_json or "{}")
+    trainer = meta.get("trainer") if isinstance(meta, dict) else None
+    body, refs = run_audit(
+        arrays, turn_ids=all_turn_ids, trainer=trainer if isinstance(trainer, str) else None
+    )
     seconds = time.perf_counter() - t0
     body = decorate(body, slugs, [a.kinds for a in arrays])
     del arrays

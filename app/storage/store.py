@@ -170,7 +170,15 @@ def create_batch_streaming(
     )
     if run_id is None:
         return _write(session, batch, prepare_batch(items, settings=settings, new_slug=new_slug))
-    computed = compute_step(items, settings=settings, keep=keep, step=step or 0, new_slug=new_slug)
+    trainer = (meta or {}).get("trainer")
+    computed = compute_step(
+        items,
+        settings=settings,
+        keep=keep,
+        step=step or 0,
+        new_slug=new_slug,
+        trainer=trainer if isinstance(trainer, str) else None,
+    )
     batch.metrics_json = json_dumps(computed.metrics)
     batch.n_episodes_seen = computed.batch.n_seen
     return _write(session, batch, computed.batch, computed)

@@ -100,3 +100,41 @@ def test_a_run_config_names_the_estimator_its_steps_ran(client):
     assert _default_rows(client, slug) == ["uploaded", "verl:grpo", "grpo", "audit_diff"]
     bad = client.post("/api/runs", json={"name": "r2", "trainer": "nope"})
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "unknown_trainer"
+
+
+def test_the_audit_of_a_named_upload_names_the_trainers_estimator(client):
+    """Advantages as OpenRLHF 0.11.2's GAE computes them (the dialect is checked against OpenRLHF's
+    own function in tests/estimators/test_dialects_openrlhf.py), uploaded with trainer=openrlhf:
+    the batch's audit names openrlhf:gae with gamma and lambda, and its step through tool spans."""
+    import torch
+
+    from estimators import EstimatorInput, compute
+
+    eps = []
+    rows = [(1.0, [0.0, 0.3, 0.5, 0.9, 0.9, 0.6]), (0.0, [0.0, 0.2, 0.1, 0.9, 0.9, 0.4])] * 2
+    mask = torch.tensor([[k == "policy" for k in KINDS]] * len(rows))
+    rewards = torch.zeros(len(rows), len(KINDS), dtype=torch.float64)
+    rewards[:, -1] = torch.tensor([r for r, _ in rows], dtype=torch.float64)
+    values = torch.tensor([v for _, v in rows], dtype=torch.float64)
+    inp = EstimatorInput(
+        rewards=rewards, mask=mask, values=values, groups=torch.tensor([0, 0, 1, 1]), gamma=1.0, lam=0.95
+    )
+    adv = compute("openrlhf:gae", inp).advantages
+    for i, (r, v) in enumerate(rows):
+        eps.append(
+            {
+                "tokens": ["Fix", "read", "()", "ok", ".", "submit"],
+                "kinds": KINDS,
+                "reward": r,
+                "values": v,
+                "advantages": adv[i].tolist(),
+                "group": f"task-{i // 2}",
+            }
+        )
+    body = upload(client, eps, trainer="openrlhf").json()
+    audit = client.get(f"/api/batches/{body['batch_id']}/audit").json()
+    bm = audit["best_match"]
+    assert bm["scheme"] == "openrlhf:gae", bm
+    assert bm["params"] == {"trainer": "openrlhf", "version": "0.11.2", "gamma": 1.0, "lam": 0.95}
+    codes = [f["code"] for f in audit["findings"]]
+    assert "gae_through_tool_spans" in codes
