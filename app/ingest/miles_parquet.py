@@ -27,12 +27,11 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from app.core.errors import ApiError, located
 from app.core.schemas import EpisodeIn, Kind
-from app.ingest._common import id_token, short_hash
+from app.ingest._common import short_hash
 from app.ingest._document import Document
+from app.ingest._ids import shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
 
@@ -142,12 +141,7 @@ def _episode(row: dict[str, Any], i: int, tokenizer: TokenDecoder | None) -> Epi
         meta["token_signals"] = signals
     if non_finite:
         meta["non_finite"] = non_finite
-    if tokenizer is not None:
-        shown, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
-        if special:
-            meta["special_tokens"] = special
-    else:
-        shown = [id_token(x) for x in ids]
+    shown = shown_tokens(ids, tokenizer, meta)
     reward = row.get("reward")
     group = row.get("group_index")
     return EpisodeIn.model_construct(

@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from app.core.schemas import EpisodeIn
-from app.ingest._common import Record, id_token, mask_kinds, scalar_meta, short_hash
+from app.ingest._common import Record, mask_kinds, scalar_meta, short_hash
 from app.ingest._document import Document
+from app.ingest._ids import shown_tokens
 from app.ingest._registry import register_format
 from app.ingest._tokenizer import TokenDecoder
 
@@ -164,13 +165,7 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> E
     if rewards is not None and trained:
         last = float(rewards[0][trained[-1]])
         reward = last if math.isfinite(last) else None
-    special = None
-    if tokenizer is not None:
-        tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
-    else:
-        tokens = [id_token(i) for i in ids]
-    if special:
-        meta["special_tokens"] = special
+    tokens = shown_tokens(ids, tokenizer, meta)
     first = trained[0] if trained else n
     return EpisodeIn.model_construct(
         tokens=tokens,

@@ -34,8 +34,9 @@ import numpy as np
 
 from app.core.errors import ApiError, located
 from app.core.schemas import EpisodeIn, Kind
-from app.ingest._common import id_token, short_hash
+from app.ingest._common import short_hash
 from app.ingest._document import Document
+from app.ingest._ids import shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
 from app.ingest._unpickle import safe_loads
@@ -149,12 +150,7 @@ def _episode(
     full = {k: (None if v is None else pad + v) for k, v in fields.items()}
     if signals:
         meta["token_signals"] = {k: pad + v for k, v in signals.items()}
-    if tokenizer is not None:
-        tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
-        if special:
-            meta["special_tokens"] = special
-    else:
-        tokens = [id_token(i) for i in ids]
+    tokens = shown_tokens(ids, tokenizer, meta)
     return EpisodeIn.model_construct(
         tokens=tokens,
         kinds=kinds,

@@ -30,11 +30,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from app.core.schemas import EpisodeIn, Kind
-from app.ingest._common import Record, id_token, short_hash
+from app.ingest._common import Record, short_hash
 from app.ingest._document import Document
+from app.ingest._ids import shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._spans import SpanBuilder, arguments_text
 from app.ingest._tokenizer import TokenDecoder
@@ -249,12 +248,7 @@ def episodes(doc: Document, tokenizer: TokenDecoder | None) -> Iterator[Pair]:
                 ids, kinds, turns, fields, weights = _token_branch(nodes, path, rec, meta)
                 if weights:
                     meta["token_signals"] = weights
-                if tokenizer is not None:
-                    tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
-                    if special:
-                        meta["special_tokens"] = special
-                else:
-                    tokens = [id_token(i) for i in ids]
+                tokens = shown_tokens(ids, tokenizer, meta)
                 yield (
                     rec.line,
                     EpisodeIn.model_construct(
