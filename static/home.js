@@ -349,6 +349,7 @@ async function upload(file, mapping = null) {
   if ($("up-name").value.trim()) fd.append("name", $("up-name").value.trim());
   if ($("up-format").value) fd.append("format", $("up-format").value);
   if ($("up-visibility").value) fd.append("visibility", $("up-visibility").value);
+  if ($("up-trainer").value) fd.append("trainer", $("up-trainer").value);
   // The tokenizer.json goes beside the file, as the API takes it (its checks answer as for the file).
   const tokenizer = $("up-tokenizer").files[0];
   if (tokenizer) fd.append("tokenizer", tokenizer, tokenizer.name);

@@ -30,3 +30,33 @@ def test_trainers_page_draws_every_dialect_on_every_case(page, server):
     assert boxes.nth(0).get_attribute("title") == "prompt"
     assert page.probe.errors == [] and page.probe.csp_violations() == []
     assert not [m for m in page.probe.console if m.startswith("error")]
+
+
+def test_the_upload_form_names_the_trainer(page, tmp_path):
+    """Upload through the form with a trainer chosen: the episode opens on the upload, that
+    trainer's estimator and its reference (real clicks, the real server)."""
+    import json
+
+    kinds = ["prompt", "policy", "policy", "tool", "tool", "policy"]
+    eps = [
+        {
+            "tokens": ["Fix", "read", "()", "ok", ".", "submit"],
+            "kinds": kinds,
+            "reward": r,
+            "advantages": [0.0, a, a, 0.0, 0.0, a],
+            "group": "task-1",
+        }
+        for r, a in ((1.0, 0.7), (0.0, -0.7))
+    ]
+    f = tmp_path / "trl-step.jsonl"
+    f.write_text("\n".join(json.dumps(e) for e in eps))
+    page.goto("/")
+    page.set_input_files("#file", str(f))
+    page.select_option("#up-trainer", "trl")
+    page.click("#upload-btn")
+    page.wait_for_selector(".file-item.good a.episode-link")
+    page.click(".file-item.good a.episode-link >> nth=0")
+    page.wait_for_function("() => performance.getEntriesByName('page:open').length > 0")
+    state = page.evaluate("JSON.parse(document.getElementById('initial-state').textContent)")
+    assert state["view"]["schemes"] == ["uploaded", "trl:grpo", "grpo", "audit_diff"]
+    assert page.probe.errors == []

@@ -89,7 +89,8 @@ async def home(request: Request) -> Response:
     # Each "Show" choice's batch list query (without the search), for the script.
     shows = {k: urls.api_batches("", *v).partition("?")[2] for k, v in urls.HOME_SHOWS.items()}
     initial = {**page, "api": api, "shows": shows}
-    return render(request, "home.html", {"initial": initial, "q": q, "source": source})
+    ctx = {"initial": initial, "q": q, "source": source, "trainers": trainers.known()}
+    return render(request, "home.html", ctx)
 
 
 @router.get("/e/{slug}", response_class=HTMLResponse)
