@@ -107,9 +107,18 @@ def credit_on_non_policy_tokens(ctx: Context) -> list[dict[str, Any]]:
         return []
     n_tool = int((off & (b.kinds == KIND_TOOL)).sum())
     carried = _verl_carry(b, off)
-    text = (
+    # The same pattern, said in the words of the best match's family: a token-level estimator
+    # (verl's GAE) leaves it on masked positions; an outcome one (GRPO, RLOO, ...) puts it there
+    # when its one number per episode is spread over every response token.
+    carry = (
         "the values are what verl's GAE leaves on masked positions (the next policy token's advantage, "
-        "or -mean/std after the last one): harmless only if the loss masks these tokens"
+        "or -mean/std after the last one)"
+        if ctx.closest.kind != "outcome"
+        else "the values are each episode's own advantage, spread over every response token (tool output "
+        "included) instead of its policy tokens only"
+    )
+    text = (
+        carry + ": harmless only if the loss masks these tokens"
         if carried
         else "the loss trains on tokens the policy did not choose"
     )

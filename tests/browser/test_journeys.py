@@ -177,6 +177,10 @@ def test_the_demo_bug_from_the_run_page_to_the_token_with_one_meaning_of_severit
     assert "credit_on_non_policy_tokens" in card.text_content()
     assert card.bounding_box()["y"] + card.bounding_box()["height"] < 900
     assert page.locator("#audit-findings tbody tr").first.get_attribute("data-severity") == "warning"
+    # Its words fit the best match (GRPO, one number per episode), not verl's GAE.
+    assert page.text_content("#audit-best").startswith("Best match: grpo")
+    message = page.locator("#audit-findings tbody tr").first.locator("td").nth(2).text_content()
+    assert "verl's GAE" not in message and "spread over every response token" in message
     # The finding opens the episode on its first token; the page calls it a warning too.
     page.locator("a.finding-link").first.click()
     wait_ready(page)
