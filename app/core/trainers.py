@@ -27,6 +27,9 @@ DEFAULT_ESTIMATOR = {
     "prime_rl": "grpo",
     "slime": "grpo",
 }
+# The keys that name the policy loss, and each trainer's default loss (its config's default).
+LOSS_KEYS = ("loss_type", "policy_loss_type", "loss_mode", "policy_loss")
+DEFAULT_LOSS = {"verl": "vanilla", "trl": "dapo", "openrlhf": "ppo", "skyrl": "regular"}
 GAMMA_KEYS = ("gamma",)
 LAM_KEYS = ("lam", "lambd", "lmbda", "gae_lambda", "lambda_")
 
@@ -86,6 +89,25 @@ def dialect_of(trainer: str | None, config: Mapping[str, Any] | None = None) -> 
         scheme = f"{trainer}:{n}"
         if n and scheme in registered:
             return scheme
+    return None
+
+
+def loss_of(trainer: str | None, config: Mapping[str, Any] | None = None) -> str | None:
+    """The registered loss (``"<trainer>:<loss>"``, or verl's own names) the configuration says the
+    trainer trained with: its loss key (TRL ``loss_type``, OpenRLHF/SkyRL ``policy_loss_type``,
+    verl ``policy_loss.loss_mode``), else the trainer's default; None when not registered."""
+    if trainer is None:
+        return None
+    from estimators.losses import available_losses
+
+    named = _find(config or {}, LOSS_KEYS)
+    names = [str(named)] if isinstance(named, str) and named else []
+    names.append(DEFAULT_LOSS.get(trainer, ""))
+    registered = available_losses()
+    for n in names:
+        loss = n if trainer == "verl" else f"{trainer}:{n}"  # verl's losses keep their own names
+        if n and loss in registered:
+            return loss
     return None
 
 

@@ -16,6 +16,7 @@ from sqlmodel import Session, col, select
 
 from app.core import losses, metrics, schemes, trainers, urls
 from app.core import views as st
+from app.core.arrays import json_loads
 from app.core.errors import ApiError, error_body
 from app.core.signals import catalog as signal_catalog
 from app.http.api.runs import compare_refs, compare_run
@@ -157,8 +158,15 @@ async def batch_page(request: Request, batch_id: str, session: SessionDep) -> Re
         return not_found_page(request, f"Batch {batch_id}")
     assert b.id is not None  # a stored row has its id
     og = batch_og(request, session, b.id, ref)
-    # Every registered loss, grouped by trainer, with its parameters and defaults (static/batch.js).
+    # Every registered loss, grouped by trainer, with its parameters and defaults (static/batch.js);
+    # a batch that names its trainer opens on the loss its config says it trained with.
     loss_config = losses.client_config()
+    meta = json_loads(b.meta_json or "{}")
+    if isinstance(meta, dict) and isinstance(meta.get("trainer"), str):
+        cfg = meta.get("trainer_config")
+        trained = trainers.loss_of(meta["trainer"], cfg if isinstance(cfg, dict) else None)
+        if trained is not None and trained in loss_config["losses"]:
+            loss_config = {**loss_config, "default": trained}
     initial = {**page, "api": api, "losses": loss_config}
     ctx = {"initial": initial, "batch_id": ref, "og": og, "losses": loss_config, "batch_name": b.name}
     return render(request, "batch.html", {**ctx, "run": run_of_batch(session, b.id)})
@@ -204,7 +212,7 @@ async def run_page(request: Request, run_id: str, session: SessionDep) -> Respon
         return not_found_page(request, f"Run {ref}")
     # The metrics' names, labels and formats (app/core/metrics.py): the page draws what they say.
     initial = {**page, "api": api, "figures": metrics.run_figures(), "labels": metrics.labels()}
-    ctx = {"initial": initial, "run_id": ref, "name": run.name}
+    ctx: dict[str, Any] = {"initial": initial, "run_id": ref, "name": run.name}
     # "Compare with": the other public runs by name, newest first, in the HTML (no request).
     ctx["others"] = [
         {"ref": run_ref(r), "name": r.name, "n_steps": n}

@@ -138,3 +138,19 @@ def test_the_audit_of_a_named_upload_names_the_trainers_estimator(client):
     assert bm["params"] == {"trainer": "openrlhf", "version": "0.11.2", "gamma": 1.0, "lam": 0.95}
     codes = [f["code"] for f in audit["findings"]]
     assert "gae_through_tool_spans" in codes
+
+
+def test_a_named_batch_opens_its_loss_view_on_the_trainers_loss(client):
+    # TRL trains with loss_type "dapo" by default; a run whose config says "grpo" trained with that.
+    body = upload(client, _episodes(), trainer="trl").json()
+    page = client.get(f"/b/{body['batch_id']}")
+    assert page.status_code == 200
+    assert '"default": "trl:dapo"' in page.text.replace("&#34;", '"') or '"default":"trl:dapo"' in page.text
+    run = client.post(
+        "/api/runs", json={"name": "t", "trainer": "trl", "config": {"loss_type": "grpo"}}
+    ).json()
+    step = client.post(f"/api/runs/{run['ref']}/steps/0", json={"episodes": _episodes()}).json()
+    page = client.get(f"/b/{step['batch_id']}")
+    assert '"default": "trl:grpo"' in page.text or '"default":"trl:grpo"' in page.text
+    plain = client.get(f"/b/{upload(client, _episodes()).json()['batch_id']}")
+    assert '"default": "vanilla"' in plain.text or '"default":"vanilla"' in plain.text
