@@ -220,6 +220,10 @@ function renderControlNotes(d) {
   };
   note("gamma-note", usesGamma, "γ");
   note("lam-note", usesLam, "λ");
+  // The baseline picks the `outcome` row's; the critic feeds the rows that read values.
+  $("baseline-note").textContent = names.includes("outcome") ? "" : "applies to the outcome row (not shown)";
+  const readsValues = (n) => ((CATALOG.get(n) || {}).reads || []).includes("values");
+  $("critic-note").textContent = names.some(readsValues) ? "" : "no row shown reads the critic";
 }
 
 /** The first position an error (else a warning) finding names: {position, code, severity} or null. */
@@ -250,6 +254,8 @@ function render() {
   ];
   if (d.group !== null && d.group !== undefined) parts.push(`group ${d.group}`);
   $("no-reward").hidden = d.rewarded !== false;
+  // Token ids without a tokenizer are drawn as ⟨id⟩: say how to see text.
+  $("no-text").hidden = !d.tokens.some((t) => /^⟨\d+⟩$/.test(t));
   $("word-tokens").hidden = meta.tokens !== "words"; // text split by the offline tokenizer
   const metaLine = $("ep-meta");
   metaLine.replaceChildren(parts.join(" · "), " · ");

@@ -78,6 +78,10 @@ def test_a_flagged_episode_opens_on_the_uploaded_row_and_the_token_that_was_flag
     status = dpage.text_content("#overview-status")
     assert "credit_on_non_policy_tokens" in status and "warning" in status
     assert f"tok={tok}" in dpage.url
+    # The controls that change none of these rows say so.
+    assert dpage.text_content("#baseline-note") == "applies to the outcome row (not shown)"
+    assert dpage.text_content("#critic-note") == "no row shown reads the critic"
+    assert dpage.text_content("#gamma-note") == "applies to no row shown"
     assert dpage.probe.errors == [] and dpage.failed == []
 
 
@@ -320,6 +324,19 @@ def test_upload_with_a_tokenizer_through_the_form(page, tmp_path):
     # The ids 0, 1, 4, 2 of the file's first row are these pieces of its tokenizer.json.
     assert tokens[:4] == ["<|begin_of_text|>", "<|start_header_id|>", "system", "<|end_header_id|>"]
     assert not any(t.startswith("⟨") for t in tokens)
+    assert page.locator("#no-text").is_hidden()
+    # Without it the ids are drawn as ⟨id⟩, and the page says how to see text.
+    bare = httpx.post(
+        f"{page.url.split('/e/')[0]}/api/uploads",
+        files={"file": ("groups.jsonl", (ATROPOS / "groups.jsonl").read_bytes())},
+        timeout=60,
+    ).json()
+    page.goto(bare["episodes"][0]["url"])
+    wait_ready(page)
+    assert page.evaluate("window.__strip.data.tokens[0]") == "⟨0⟩"
+    assert (
+        "tokenizer.json" in page.locator("#no-text").text_content() and page.locator("#no-text").is_visible()
+    )
     # The API's checks answer through the form: a JSON file that is no tokenizer is refused,
     # next to the file, naming the field; nothing is stored.
     bad = tmp_path / "tokenizer.json"
