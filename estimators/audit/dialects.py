@@ -161,7 +161,7 @@ def departures(b: Batch, pick: Cand | None) -> list[tuple[Departure, str, Tensor
             ref = torch.where(b.pol, rspec.fn(inp, **rspec.params).advantages.double(), 0.0)
     # Compared before any whitening: a critic dialect's raw advantages are its returns minus the values.
     mine = res.advantages.double()
-    if res.value_targets is not None and b.v is not None:
+    if "values" in spec.reads and res.value_targets is not None and b.v is not None:
         mine = res.value_targets.double() - b.v
     seen = Seen(b=b, dialect=torch.where(b.pol, mine, 0.0), reference=ref)
     who = f"{spec.label} ({spec.trainer} {spec.version})"
