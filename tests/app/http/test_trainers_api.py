@@ -68,3 +68,15 @@ def test_verl_grpo_lets_a_rejected_row_move_the_baseline(body):
 def test_all_equal_groups_get_no_credit_from_group_baselines(body):
     for name in ("verl:grpo", "trl:grpo", "skyrl:grpo", "prime_rl:grpo", "verl:rloo"):
         assert _cell(body, name, "all_equal")["advantages"] == [0.0] * 6, name
+
+
+def test_gae_that_steps_through_tool_spans_departs_before_the_span(body):
+    # "qqppptttpp": OpenRLHF's and SkyRL's GAE step through the three tool tokens, so the three
+    # policy tokens before the span (positions 2-4) depart from the reference, the two after do not.
+    for name in ("openrlhf:gae", "skyrl:gae"):
+        cell = _cell(body, name, "tool_spans")
+        assert cell["departs"] == [2, 3, 4], name
+    # verl's GAE skips the span (PR #2337): no departure there.
+    assert _cell(body, "verl:gae", "tool_spans")["departs"] == []
+    codes = {e["name"]: e["departs_codes"] for t in body["trainers"] for e in t["estimators"]}
+    assert codes["openrlhf:gae"] == ["gae_through_tool_spans"]
