@@ -93,6 +93,9 @@ def looks_like_jsonl(data: bytes) -> bool:
     """True when the first non-blank line is a complete JSON value on its own (JSONL), or the
     document is a single line."""
     lines = head_lines(data, 2, 1 << 20)
+    if len(lines) <= 1 and len(data) > (1 << 20):
+        # A first line longer than 1 MiB (a trainer's per-token record): look as far as `first` does.
+        lines = head_lines(data, 2, 1 << 22)
     if len(lines) <= 1:
         return False
     first = lines[0][1]

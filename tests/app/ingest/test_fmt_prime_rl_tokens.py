@@ -100,3 +100,23 @@ def test_a_rank_file_cut_mid_line(client):
 def test_tokenizer_free_ids_are_shown_as_ids(client):
     _, [ep] = stored(client, "rank_1.jsonl", example(R1))
     assert pick(ep, "policy") == ["⟨50⟩", "⟨51⟩", "⟨2⟩"]
+
+
+def test_samples_of_8192_tokens_lines_over_a_mebibyte(client):
+    # A real export line of 8,192 tokens with every field is over 1 MiB: still JSONL.
+    [row] = lines(R1)
+    n = 8192
+    big = dict(
+        row, token_ids=[7] * n, position_ids=list(range(n)), loss_mask=[False] * 100 + [True] * (n - 100)
+    )
+    for name in ("advantages", "inference_logprobs", "trainer_logprobs", "entropy", "mismatch_kl"):
+        big[name] = [-0.123456789] * n
+    for name in ("log_importance_ratio", "importance_ratio", "prob_delta", "rewards"):
+        big[name] = [0.987654321] * n
+    for name in ("is_masked", "is_masked_high", "is_masked_low"):
+        big[name] = [False] * n
+    big.pop("losses")
+    line = json.dumps(big)
+    assert len(line) > 1 << 20
+    _, eps = stored(client, "rank_0.jsonl", line + "\n" + line + "\n")
+    assert len(eps) == 2 and len(eps[0]["kinds"]) == n and eps[0]["kinds"].count("policy") == n - 100
