@@ -19,11 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# The real top-level packages before any benchmark puts tests/ on sys.path: tests/app and
-# tests/estimators (tests mirror the code) would otherwise shadow them.
-import app  # noqa: F401
 import bench
-import estimators  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 

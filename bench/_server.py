@@ -4,15 +4,13 @@ start costs seconds; the quick run is a check that every benchmark runs, not a m
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-from live_server import Server  # noqa: E402
+from tests.live_server import Server  # noqa: E402
 
 SHARED: Server | None = None  # set by bench/__main__.py in quick mode
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +22,6 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 from bench._server import Server, server  # noqa: E402
 
@@ -92,8 +90,7 @@ def run() -> dict:
             return out
 
     # The adversarial batch, on a fresh server.
-    sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
-    from test_adv_memory import LONG, adversarial_batch  # noqa: PLC0415
+    from tests.adversarial.test_adv_memory import LONG, adversarial_batch  # noqa: PLC0415
 
     # A fresh server of its own: its peak RSS is the figure.
     with Server(tmp / "adv.db", tmp / "adv.log") as srv, httpx.Client(base_url=srv.base, timeout=300) as c:

@@ -29,9 +29,8 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-from live_server import Server  # noqa: E402
+from tests.live_server import Server  # noqa: E402
 
 WORDS = "the file test edit read line value error patch return call user order flight".split()
 

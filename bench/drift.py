@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-ROLLOUTS = 1200  # ~100 MB with the sizes below
+ROLLOUTS = 600  # ~100 MB with the sizes below
 TURNS = 6
 PROMPT = 3000
 GEN = 200

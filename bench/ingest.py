@@ -19,7 +19,6 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,11 +27,9 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from live_server import cpu_seconds  # noqa: E402
 
 from bench._server import server  # noqa: E402
+from tests.live_server import cpu_seconds  # noqa: E402
 
 
 def _episode(rng: random.Random, n: int, group: str, reward: float) -> dict:

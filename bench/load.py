@@ -41,12 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from live_server import Server  # noqa: E402
-
 from bench._http import Connection, HttpError  # noqa: E402
+from tests.live_server import Server  # noqa: E402
 
 EPISODES_PER_UPLOAD = 8
 TOKENS = 200

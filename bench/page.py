@@ -11,20 +11,16 @@ from __future__ import annotations
 import contextlib
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
-
-import browser_data as data  # noqa: E402
-from browser_util import upload  # noqa: E402
 
 from bench._browser import chromium  # noqa: E402
 from bench._server import server  # noqa: E402
+from tests.browser import browser_data as data  # noqa: E402
+from tests.browser.browser_util import upload  # noqa: E402
 
 CHROMIUM, CHROMIUM_ARGS = chromium()
 

@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
-
-import browser_data as data  # noqa: E402
 
 from bench._browser import chromium, cold_and_warm  # noqa: E402
 from bench._server import server  # noqa: E402
+from tests.browser import browser_data as data  # noqa: E402
 
 COLD_BROWSERS = 3
 WARM = 3

@@ -35,10 +35,9 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "client"))
 
-from live_server import Server  # noqa: E402
+from tests.live_server import Server  # noqa: E402
 
 STEPS = 20  # real steps
 B = 512  # episodes per step

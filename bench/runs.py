@@ -24,7 +24,6 @@ import math
 import secrets
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +32,6 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 from bench import _server  # noqa: E402
 from bench._browser import chromium  # noqa: E402
