@@ -36,6 +36,8 @@ function syncUrl() {
 }
 
 const strip = new TokenStrip(stripBox, {
+  // On a phone the prompt is one cell too (a click opens it): the calls come first.
+  collapse: window.matchMedia("(max-width: 600px)").matches ? ["tool", "prompt"] : ["tool"],
   onToggleSpan: (_start, _open, openSet) => {
     state.open = openSet;
     syncUrl();
