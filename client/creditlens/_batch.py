@@ -100,38 +100,33 @@ class Snapshot:
     nbytes: int = 0
 
 
-def snapshot(
-    *,
-    token_ids: Any = None,
-    tokens: Sequence[Sequence[str]] | None = None,
-    kinds: Any = None,
-    policy_mask: Any = None,
-    attention_mask: Any = None,
-    rewards: Any = None,
-    reward: Any = None,
-    values: Any = None,
-    logprobs: Any = None,
-    ref_logprobs: Any = None,
-    rollout_logprobs: Any = None,
-    entropy: Any = None,
-    advantages: Any = None,
-    groups: Any = None,
-    tokenizer: Any = None,
-    meta: Any = None,
-) -> Snapshot:
-    """Copy and shape-check the arguments of ``log_tensors`` (ValueError naming the argument)."""
-    per_token = {
-        "token_ids": token_ids,
-        "policy_mask": policy_mask,
-        "attention_mask": attention_mask,
-        "rewards": rewards,
-        "values": values,
-        "logprobs": logprobs,
-        "ref_logprobs": ref_logprobs,
-        "rollout_logprobs": rollout_logprobs,
-        "entropy": entropy,
-        "advantages": advantages,
-    }
+# The per-token [B, T] arguments of ``log_tensors``, in the order they are checked.
+_PER_TOKEN = (
+    "token_ids",
+    "policy_mask",
+    "attention_mask",
+    "rewards",
+    "values",
+    "logprobs",
+    "ref_logprobs",
+    "rollout_logprobs",
+    "entropy",
+    "advantages",
+)
+_OTHER = ("tokens", "kinds", "reward", "groups", "tokenizer", "meta")
+
+
+def snapshot(**given: Any) -> Snapshot:
+    """Copy and shape-check the keyword arguments of ``Run.log_tensors`` (the same names, each
+    optional; ValueError naming the argument, TypeError for a name it does not take)."""
+    unknown = sorted(set(given) - set(_PER_TOKEN) - set(_OTHER))
+    if unknown:
+        raise TypeError(f"snapshot() got unexpected keyword arguments {unknown}")
+    per_token = {name: given.get(name) for name in _PER_TOKEN}
+    token_ids = per_token["token_ids"]
+    tokens: Sequence[Sequence[str]] | None = given.get("tokens")
+    kinds, reward, groups = given.get("kinds"), given.get("reward"), given.get("groups")
+    tokenizer, meta = given.get("tokenizer"), given.get("meta")
     kinds_str = None
     if kinds is not None:
         if _is_nested_str(kinds):
