@@ -21,7 +21,7 @@ from sqlalchemy.orm import Mapped
 from sqlmodel import Session, col
 
 from app.core.errors import ApiError
-from app.storage.models import Batch, EpisodeSearch
+from app.storage.models import SEARCH_NUMBERS, Batch, EpisodeSearch
 from app.storage.store import LIKE_ESCAPE, like_escape
 
 NUMBER_OPS = ("eq", "ne", "gt", "lt")
@@ -150,15 +150,7 @@ COLUMNS = (
     "step",
     "batch_id",
     "group",
-    "reward",
-    "passed",
-    "n_tokens",
-    "n_tool_tokens",
-    "max_abs_adv",
-    "nonpolicy_abs_adv_share",
-    "max_ratio",
-    "mean_entropy",
-    "n_findings",
+    *SEARCH_NUMBERS,
     "finding_codes",
 )
 

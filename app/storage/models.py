@@ -124,6 +124,21 @@ class Episode(SQLModel, table=True):
     meta_json: str = Field(default="{}", sa_column=Column(Text, nullable=False))
 
 
+# The numeric search fields of an episode (columns of ``EpisodeSearch``): the covering index
+# holds them all, and a page of search results shows them.
+SEARCH_NUMBERS = (
+    "reward",
+    "passed",
+    "n_tokens",
+    "n_tool_tokens",
+    "max_abs_adv",
+    "nonpolicy_abs_adv_share",
+    "max_ratio",
+    "mean_entropy",
+    "n_findings",
+)
+
+
 class EpisodeSearch(SQLModel, table=True):
     """A run step's kept episode as ``GET /api/runs/{id}/episodes`` searches it (migration 0011):
     the episode's own summary columns copied beside the fields computed at ingest
@@ -139,15 +154,7 @@ class EpisodeSearch(SQLModel, table=True):
             "run_id",
             "step",
             "position",
-            "reward",
-            "passed",
-            "n_tokens",
-            "n_tool_tokens",
-            "max_abs_adv",
-            "nonpolicy_abs_adv_share",
-            "max_ratio",
-            "mean_entropy",
-            "n_findings",
+            *SEARCH_NUMBERS,
         ),
         Index("ix_episode_search_run_max_abs_adv", "run_id", "max_abs_adv"),
         Index("ix_episode_search_run_reward", "run_id", "reward"),
