@@ -8,15 +8,20 @@ response mask that is 1 on tool tokens too).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from .. import token as tok
 from .._scan import as_bool_mask
 from ..groups import Labels, group_ids
-from ..registry import EstimatorInput
+from ..registry import TRAINERS, EstimatorInput, EstimatorOutput, register
 
 __all__ = [
+    "Dialects",
     "broadcast",
     "contiguous_size",
     "float_dtype",
@@ -28,6 +33,49 @@ __all__ = [
     "whiten_unbiased",
     "row_sums",
 ]
+
+
+Decorator = Callable[[Callable[..., EstimatorOutput]], Callable[..., EstimatorOutput]]
+
+
+@dataclass(frozen=True)
+class Dialects:
+    """Registers one trainer's dialects: ``dialects("grpo", "GRPO", ...)`` registers
+    ``"<trainer>:grpo"`` labelled ``"GRPO (<trainer's shown name> <version>)"``, with the trainer
+    and version set (see :func:`estimators.registry.register` for the other arguments)."""
+
+    trainer: str
+    version: str
+    reads: tuple[str, ...] = ("rewards",)  # what a dialect reads unless it says otherwise
+    verl_name: bool = False  # verl's own dialects carry their name in verl's registry
+
+    def __call__(
+        self,
+        name: str,
+        label: str,
+        description: str,
+        kind: str,
+        reads: tuple[str, ...] | None = None,
+        params: dict[str, Any] | None = None,
+        *,
+        may_read: tuple[str, ...] = (),
+        reference: str | None = None,
+        departs: tuple[str, ...] = (),
+    ) -> Decorator:
+        return register(
+            f"{self.trainer}:{name}",
+            label=f"{label} ({TRAINERS[self.trainer][0]} {self.version})",
+            description=description,
+            kind=kind,
+            reads=self.reads if reads is None else reads,
+            may_read=may_read,
+            params=params,
+            verl_name=name if self.verl_name else None,
+            trainer=self.trainer,
+            version=self.version,
+            reference=reference,
+            departs=departs,
+        )
 
 
 def policy(inp: EstimatorInput) -> Tensor:

@@ -36,13 +36,14 @@ from torch import Tensor
 
 from .. import token as T
 from ..groups import group_ids
-from ..registry import EstimatorInput, EstimatorOutput, register
-from ._common import float_dtype, on_policy, policy, row_sums
+from ..registry import EstimatorInput, EstimatorOutput
+from ._common import Dialects, float_dtype, on_policy, policy, row_sums
 
 __all__ = ["baseline_and_std"]
 
 _TRAINER = "nemo_rl"
 _VERSION = "0.7.0"
+_reg = Dialects(_TRAINER, _VERSION)
 
 
 def baseline_and_std(r: Tensor, groups: object, leave_one_out: bool = True) -> tuple[Tensor, Tensor]:
@@ -85,9 +86,9 @@ def _batch_norm(adv: Tensor, m: Tensor, clamp_count: bool) -> Tensor:
     return (adv - mean) * var.clamp(min=1e-8).rsqrt()
 
 
-@register(
-    "nemo_rl:grpo",
-    label="GRPO (NeMo-RL 0.7.0)",
+@_reg(
+    "grpo",
+    label="GRPO",
     description=(
         "Reward minus the mean of the other group members, over the others' std + 1e-6 where it is "
         "positive (a group of two has std 0, a group of one gets 0)."
@@ -95,8 +96,6 @@ def _batch_norm(adv: Tensor, m: Tensor, clamp_count: bool) -> Tensor:
     kind="outcome",
     reads=("rewards", "groups"),
     params={"normalize_rewards": True, "use_leave_one_out_baseline": True},
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="grpo",
 )
 def _grpo(
@@ -110,9 +109,9 @@ def _grpo(
     return EstimatorOutput(advantages=on_policy(adv, policy(inp)), extras={"episode_advantages": adv})
 
 
-@register(
-    "nemo_rl:reinforce_plus_plus",
-    label="REINFORCE++ (NeMo-RL 0.7.0)",
+@_reg(
+    "reinforce_plus_plus",
+    label="REINFORCE++",
     description=(
         "Reward minus its group mean (minus_baseline; a group of one gets 0), broadcast and whitened "
         "over the batch's policy tokens; no discount."
@@ -120,8 +119,6 @@ def _grpo(
     kind="outcome",
     reads=("rewards", "groups"),
     params={"minus_baseline": True},
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="reinforce_plus_plus_baseline",
 )
 def _rfpp(inp: EstimatorInput, minus_baseline: bool = True) -> EstimatorOutput:
@@ -132,14 +129,12 @@ def _rfpp(inp: EstimatorInput, minus_baseline: bool = True) -> EstimatorOutput:
     return EstimatorOutput(advantages=torch.where(m, tok, torch.zeros((), dtype=tok.dtype)))
 
 
-@register(
-    "nemo_rl:raw_reward",
-    label="raw reward (NeMo-RL 0.7.0)",
+@_reg(
+    "raw_reward",
+    label="raw reward",
     description="The row's reward on every policy token, whitened over the batch's policy tokens.",
     kind="outcome",
     params={"normalize_advantages": True},
-    trainer=_TRAINER,
-    version=_VERSION,
 )
 def _raw(inp: EstimatorInput, normalize_advantages: bool = True) -> EstimatorOutput:
     m = policy(inp)
@@ -172,9 +167,9 @@ def _gae_rows(r: Tensor, v: Tensor, m: Tensor, gamma: float, lam: Tensor | float
     return adv, ret
 
 
-@register(
-    "nemo_rl:gae",
-    label="GAE (NeMo-RL 0.7.0)",
+@_reg(
+    "gae",
+    label="GAE",
     description=(
         "GAE with carry-forward masking (tool spans skipped), the reward on the last policy token, "
         "no bootstrap; decoupled lambdas (gae_lambda_value for targets, gae_lambda_policy or a "
@@ -188,8 +183,6 @@ def _gae_rows(r: Tensor, v: Tensor, m: Tensor, gamma: float, lam: Tensor | float
         "length_adaptive_alpha": 0.0,
         "normalize_advantages": True,
     },
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="token_gae",
 )
 def _gae(

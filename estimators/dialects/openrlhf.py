@@ -29,15 +29,14 @@ bootstrap nothing (``last_value`` is not read), as OpenRLHF.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 
 from .. import token as tok
 from ..groups import group_stats
-from ..registry import EstimatorInput, EstimatorOutput, register
+from ..registry import EstimatorInput, EstimatorOutput
 from ._common import (
+    Dialects,
     broadcast,
     contiguous_size,
     float_dtype,
@@ -180,28 +179,7 @@ def _reinforce(
 _ADV = "--algo.advantage.estimator"
 
 
-def _reg(
-    name: str,
-    label: str,
-    description: str,
-    kind: str,
-    reads: tuple[str, ...],
-    params: dict[str, object],
-    reference: str | None = None,
-    departs: tuple[str, ...] = (),
-) -> Callable[[Callable[..., EstimatorOutput]], Callable[..., EstimatorOutput]]:
-    return register(
-        f"{TRAINER}:{name}",
-        label=f"{label} (OpenRLHF {VERSION})",
-        description=description,
-        kind=kind,
-        reads=reads,
-        params=params,
-        trainer=TRAINER,
-        version=VERSION,
-        reference=reference,
-        departs=departs,
-    )
+_reg = Dialects(TRAINER, VERSION)
 
 
 @_reg(

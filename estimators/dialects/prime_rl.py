@@ -23,13 +23,14 @@ import torch
 from torch import Tensor
 
 from ..groups import group_ids
-from ..registry import EstimatorInput, EstimatorOutput, register
-from ._common import float_dtype, on_policy, policy, row_sums
+from ..registry import EstimatorInput, EstimatorOutput
+from ._common import Dialects, float_dtype, on_policy, policy, row_sums
 
 __all__ = ["group_mean32"]
 
 _TRAINER = "prime_rl"
 _VERSION = "0.8.1.dev"
+_reg = Dialects(_TRAINER, _VERSION)
 F32 = torch.float32
 
 
@@ -49,14 +50,12 @@ def _out(inp: EstimatorInput, adv32: Tensor) -> EstimatorOutput:
     return EstimatorOutput(advantages=on_policy(adv, policy(inp)), extras={"episode_advantages": adv})
 
 
-@register(
-    "prime_rl:grpo",
-    label="GRPO (prime-rl 0.8.1.dev)",
+@_reg(
+    "grpo",
+    label="GRPO",
     description="The row's reward minus its group mean in float32: no std division (a group of one gets 0).",
     kind="outcome",
     reads=("rewards", "groups"),
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="dr_grpo",
 )
 def _grpo(inp: EstimatorInput) -> EstimatorOutput:
@@ -64,17 +63,15 @@ def _grpo(inp: EstimatorInput) -> EstimatorOutput:
     return _out(inp, r - mean)
 
 
-@register(
-    "prime_rl:max_rl",
-    label="MaxRL (prime-rl 0.8.1.dev)",
+@_reg(
+    "max_rl",
+    label="MaxRL",
     description=(
         "(reward - group mean) / group mean in float32; 0 for a group whose mean reward is <= 0 "
         "(meant for non-negative, usually binary rewards)."
     ),
     kind="outcome",
     reads=("rewards", "groups"),
-    trainer=_TRAINER,
-    version=_VERSION,
 )
 def _max_rl(inp: EstimatorInput) -> EstimatorOutput:
     r, mean = group_mean32(row_sums(inp), inp.groups)

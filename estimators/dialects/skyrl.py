@@ -30,8 +30,9 @@ from torch import Tensor
 
 from .. import token as tok
 from ..groups import group_stats
-from ..registry import EstimatorInput, EstimatorOutput, register
+from ..registry import EstimatorInput, EstimatorOutput
 from ._common import (
+    Dialects,
     broadcast,
     contiguous_size,
     float_dtype,
@@ -43,12 +44,13 @@ from ._common import (
 
 VERSION = "0.3.0"
 TRAINER = "skyrl"
+_reg = Dialects(TRAINER, VERSION)
 EPS = 1e-6
 
 
-@register(
-    f"{TRAINER}:gae",
-    label=f"GAE (SkyRL {VERSION})",
+@_reg(
+    "gae",
+    label="GAE",
     description=(
         "SkyRL's GAE: the recursion ignores the masks, so it steps through tool tokens (gamma*lambda "
         "once per token) and reads the critic's values and rewards there; whitened over the whole "
@@ -56,8 +58,6 @@ EPS = 1e-6
     ),
     kind="token",
     reads=("rewards", "values"),
-    trainer=TRAINER,
-    version=VERSION,
     reference="token_gae",
     departs=("gae_through_tool_spans",),
 )
@@ -77,16 +77,14 @@ def _skyrl_gae(inp: EstimatorInput) -> EstimatorOutput:
     return EstimatorOutput(advantages=out.to(dtype), value_targets=torch.where(m, tgt, zero).to(dtype))
 
 
-@register(
-    f"{TRAINER}:reinforce++",
-    label=f"REINFORCE++ (SkyRL {VERSION})",
+@_reg(
+    "reinforce++",
+    label="REINFORCE++",
     description=(
         "SkyRL's REINFORCE++: discounted returns that step through tool tokens (gamma once per "
         "token, rewards there counted, no reset inside the response), whitened over the whole response."
     ),
     kind="token",
-    trainer=TRAINER,
-    version=VERSION,
     reference="reinforce_plus_plus",
     departs=("gae_through_tool_spans",),
 )
@@ -132,9 +130,9 @@ def _outcome(inp: EstimatorInput, adv: Tensor) -> EstimatorOutput:
     )
 
 
-@register(
-    f"{TRAINER}:grpo",
-    label=f"GRPO (SkyRL {VERSION})",
+@_reg(
+    "grpo",
+    label="GRPO",
     description=(
         "SkyRL's GRPO: the sum of the response's rewards (tool tokens included), minus the group "
         "mean, over the unbiased group std + 1e-6 (grpo_norm_by_std); a group of one: s / (1 + 1e-6); float32."
@@ -142,8 +140,6 @@ def _outcome(inp: EstimatorInput, adv: Tensor) -> EstimatorOutput:
     kind="outcome",
     reads=("rewards", "groups"),
     params={"grpo_norm_by_std": True},
-    trainer=TRAINER,
-    version=VERSION,
     reference="grpo",
 )
 def _skyrl_grpo(inp: EstimatorInput, grpo_norm_by_std: bool = True) -> EstimatorOutput:
@@ -153,17 +149,15 @@ def _skyrl_grpo(inp: EstimatorInput, grpo_norm_by_std: bool = True) -> Estimator
     return _outcome(inp, adv)
 
 
-@register(
-    f"{TRAINER}:rloo",
-    label=f"RLOO (SkyRL {VERSION})",
+@_reg(
+    "rloo",
+    label="RLOO",
     description=(
         "SkyRL's RLOO: n/(n-1) x (the response's reward sum minus the group mean), tool-token rewards "
         "included; a group of one gets 0 (verl's rloo keeps the score); float32."
     ),
     kind="outcome",
     reads=("rewards", "groups"),
-    trainer=TRAINER,
-    version=VERSION,
     reference="rloo",
 )
 def _skyrl_rloo(inp: EstimatorInput) -> EstimatorOutput:
@@ -174,17 +168,15 @@ def _skyrl_rloo(inp: EstimatorInput) -> EstimatorOutput:
     return _outcome(inp, adv)
 
 
-@register(
-    f"{TRAINER}:maxrl",
-    label=f"MaxRL (SkyRL {VERSION})",
+@_reg(
+    "maxrl",
+    label="MaxRL",
     description=(
         "SkyRL's MaxRL: (the response's reward sum minus the group mean) over (the group mean + 1e-6), "
         "tool-token rewards included; a group of one keeps its score; float32."
     ),
     kind="outcome",
     reads=("rewards", "groups"),
-    trainer=TRAINER,
-    version=VERSION,
 )
 def _skyrl_maxrl(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)

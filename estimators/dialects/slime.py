@@ -35,13 +35,23 @@ from torch import Tensor
 
 from .._scan import reverse_scan
 from ..groups import group_ids
-from ..registry import EstimatorInput, EstimatorOutput, register
-from ._common import contiguous_size, float_dtype, last_policy, on_policy, policy, response_span, row_sums
+from ..registry import EstimatorInput, EstimatorOutput
+from ._common import (
+    Dialects,
+    contiguous_size,
+    float_dtype,
+    last_policy,
+    on_policy,
+    policy,
+    response_span,
+    row_sums,
+)
 
 __all__ = ["group_rewards", "masked_whiten"]
 
 _TRAINER = "slime"
 _VERSION = "0.3.1"
+_reg = Dialects(_TRAINER, _VERSION)
 F32 = torch.float32
 
 
@@ -100,9 +110,9 @@ def _finish(
     )
 
 
-@register(
-    "slime:grpo",
-    label="GRPO (slime 0.3.1)",
+@_reg(
+    "grpo",
+    label="GRPO",
     description=(
         "The row's reward minus its group mean, over the unbiased group std + 1e-6, in float32 "
         "(a group of one gives NaN, as torch.std); the same number on every policy token (slime's "
@@ -111,8 +121,6 @@ def _finish(
     kind="outcome",
     reads=("rewards", "groups"),
     params={"rewards_normalization": True, "grpo_std_normalization": True, "normalize_advantages": False},
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="grpo",
 )
 def _grpo(
@@ -128,9 +136,9 @@ def _grpo(
     return _finish(inp, adv, adv, normalize_advantages, episode_advantages=r.to(float_dtype(inp)))
 
 
-@register(
-    "slime:reinforce_plus_plus_baseline",
-    label="REINFORCE++ baseline (slime 0.3.1)",
+@_reg(
+    "reinforce_plus_plus_baseline",
+    label="REINFORCE++ baseline",
     description=(
         "The row's reward minus its group mean in float32, on every policy token; whitened over the "
         "batch's policy tokens only with normalize_advantages (off by default in slime)."
@@ -138,8 +146,6 @@ def _grpo(
     kind="outcome",
     reads=("rewards", "groups"),
     params={"rewards_normalization": True, "normalize_advantages": False},
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="reinforce_plus_plus_baseline",
 )
 def _rfpp_baseline(
@@ -152,17 +158,15 @@ def _rfpp_baseline(
     return _finish(inp, adv, adv, normalize_advantages, episode_advantages=r.to(float_dtype(inp)))
 
 
-@register(
-    "slime:reinforce_plus_plus",
-    label="REINFORCE++ (slime 0.3.1)",
+@_reg(
+    "reinforce_plus_plus",
+    label="REINFORCE++",
     description=(
         "The row's raw reward on its last policy token, returns G = r + gamma G over every response "
         "token (gamma applied once per tool token too), float32; no whitening by default."
     ),
     kind="token",
     params={"normalize_advantages": False},
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="reinforce_plus_plus",
     departs=("gae_through_tool_spans",),
 )
@@ -178,9 +182,9 @@ def _rfpp(inp: EstimatorInput, normalize_advantages: bool = False) -> EstimatorO
     return _finish(inp, g, g, normalize_advantages)
 
 
-@register(
-    "slime:ppo",
-    label="PPO GAE (slime 0.3.1)",
+@_reg(
+    "ppo",
+    label="PPO GAE",
     description=(
         "GAE over every response token: the reward (float32) on the last one, the recursion steps "
         "through tool spans (gamma * lambda per tool token) and reads the critic's values there; "
@@ -189,8 +193,6 @@ def _rfpp(inp: EstimatorInput, normalize_advantages: bool = False) -> EstimatorO
     kind="token",
     reads=("rewards", "values"),
     params={"normalize_advantages": False},
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="token_gae",
     departs=("gae_through_tool_spans",),
 )

@@ -23,10 +23,11 @@ import torch
 from torch import Tensor
 
 from ..groups import group_ids
-from ..registry import EstimatorInput, EstimatorOutput, register
-from ._common import broadcast, contiguous_size, float_dtype, row_sums
+from ..registry import EstimatorInput, EstimatorOutput
+from ._common import Dialects, broadcast, contiguous_size, float_dtype, row_sums
 
 VERSION = "1.16.0"
+_reg = Dialects("trl", VERSION)
 EPS = 1e-4  # TRL's GRPO epsilon, added to the std
 SCALES = ("group", "batch", "none")
 
@@ -80,9 +81,9 @@ def advantages(inp: EstimatorInput, scale_rewards: str | bool = "group") -> Tens
     return torch.nan_to_num(adv, nan=0.0)
 
 
-@register(
-    "trl:grpo",
-    label=f"GRPO (TRL {VERSION})",
+@_reg(
+    "grpo",
+    label="GRPO",
     description=(
         "TRL's GRPO: the completion's reward (every reward of the row) minus its group's mean, over "
         "the group's unbiased std + 1e-4 (scale_rewards='group'; 'batch': the batch std; 'none': no "
@@ -92,8 +93,6 @@ def advantages(inp: EstimatorInput, scale_rewards: str | bool = "group") -> Tens
     kind="outcome",
     reads=("rewards", "groups"),
     params={"scale_rewards": "group"},
-    trainer="trl",
-    version=VERSION,
     reference="grpo",
 )
 def _trl_grpo(inp: EstimatorInput, scale_rewards: str | bool = "group") -> EstimatorOutput:

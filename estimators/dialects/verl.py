@@ -32,9 +32,6 @@ Every output is 0 off the policy mask (verl leaves numbers there that its loss m
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -43,8 +40,8 @@ from .. import token as T
 from .. import verl_family as V
 from .._scan import compress
 from ..groups import group_ids, group_stats
-from ..registry import EstimatorInput, EstimatorOutput, register
-from ._common import broadcast, contiguous_size, float_dtype, policy, returns_over, whiten_unbiased
+from ..registry import EstimatorInput, EstimatorOutput
+from ._common import Dialects, broadcast, contiguous_size, float_dtype, policy, returns_over, whiten_unbiased
 
 VERSION = "0.9.1"
 TRAINER = "verl"
@@ -100,31 +97,7 @@ def _grpo_scalars(s: Tensor, inp: EstimatorInput, norm: bool) -> Tensor:
     return (s - mean) / denom
 
 
-def _reg(
-    name: str,
-    label: str,
-    description: str,
-    kind: str,
-    reads: tuple[str, ...] = ("rewards", "groups"),
-    may_read: tuple[str, ...] = (),
-    params: dict[str, Any] | None = None,
-    reference: str | None = None,
-    departs: tuple[str, ...] = (),
-) -> Callable[[Callable[..., EstimatorOutput]], Callable[..., EstimatorOutput]]:
-    return register(
-        f"{TRAINER}:{name}",
-        label=f"{label} (verl {VERSION})",
-        description=description,
-        kind=kind,
-        reads=reads,
-        may_read=may_read,
-        params=params,
-        verl_name=name,
-        trainer=TRAINER,
-        version=VERSION,
-        reference=reference,
-        departs=departs,
-    )
+_reg = Dialects(TRAINER, VERSION, reads=("rewards", "groups"), verl_name=True)
 
 
 # ---- token-level --------------------------------------------------------------------------------
