@@ -62,10 +62,17 @@ def _ids(item: dict[str, Any], key: str) -> list[Any] | None:
     return v if isinstance(v, list) and v else None
 
 
+def _ints(v: list[Any]) -> bool:
+    arr = np.asarray(v)
+    return arr.ndim == 1 and arr.dtype.kind in "iu" and bool not in set(map(type, v))
+
+
 def _int_list(v: Any, rec: Record, field: str) -> list[int]:
-    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-        raise rec.error("wrong_type", f"field `{field}` must be a list of token ids (integers).", field=field)
-    return v
+    # One numpy conversion checks the list (booleans, floats and nulls give another dtype); a turn's
+    # prompt ids are thousands long and every turn repeats them.
+    if isinstance(v, list) and (not v or _ints(v)):
+        return v
+    raise rec.error("wrong_type", f"field `{field}` must be a list of token ids (integers).", field=field)
 
 
 def _token_mode(output: list[Any]) -> bool:

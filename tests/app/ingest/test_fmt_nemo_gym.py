@@ -270,3 +270,11 @@ def test_the_re_render_as_tokenizer_pieces(client):
     [d] = ep["meta"]["drift"]
     assert d["rerendered_ids"] == [99, 22] and d["rerendered_tokens"] == ["w99", "w22"]
     assert ep["tokens"][5] == "w21"  # the sampled id the prompt re-rendered as 99
+
+
+@pytest.mark.parametrize("ids", [[20, True, 22], [20, 21.0, 22], [20, None, 22], [[20, 21, 22]]])
+def test_ids_that_are_not_integers_are_refused(client, ids):
+    out = _two_turns()
+    out[1]["generation_token_ids"] = ids
+    r = upload(client, "r.jsonl", json.dumps(_rollout(1, 0, 1.0, out)))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "response.output[1].generation_token_ids"
