@@ -92,8 +92,8 @@ def normalize(
 
     def level_stats(level: str) -> tuple[Tensor, Tensor]:
         """(sum, count) of the masked elements in each element's batch or group, broadcast."""
-        if level == "batch":
-            return xm.sum().expand_as(x64), count.sum().expand_as(x64)
+        if level == "batch":  # 0-dim: broadcast where used, never a [B, T] copy
+            return xm.sum(), count.sum()
         s = _sums(xm, inv, G)[inv].reshape(shape).expand_as(x64)
         n = _sums(count, inv, G)[inv].reshape(shape).expand_as(x64)
         return s, n
@@ -119,7 +119,7 @@ def normalize(
         return centered.float()  # std = 1 and eps = 0
     dev = (xm - mean * count) ** 2
     if std_level == "batch":
-        ss, n = dev.sum().expand_as(x64), count.sum().expand_as(x64)
+        ss, n = dev.sum(), count.sum()
     else:
         ss = _sums(dev, inv, G)[inv].reshape(shape).expand_as(x64)
         n = _sums(count, inv, G)[inv].reshape(shape).expand_as(x64)
