@@ -3,10 +3,12 @@ the formats that read trainers' token dumps (prime-rl, SkyRL, miles, verifiers t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import id_token
 from app.ingest._tokenizer import TokenDecoder
 
@@ -20,3 +22,26 @@ def shown_tokens(ids: list[int], tokenizer: TokenDecoder | None, meta: dict[str,
     if special:
         meta["special_tokens"] = special
     return tokens
+
+
+# EpisodeIn's per-token signal fields: what a trainer's dump may hold besides the ids.
+TOKEN_FIELDS = ("rewards", "values", "logprobs", "advantages", "ref_logprobs", "rollout_logprobs", "entropy")
+
+
+def dump_episode(
+    tokens: list[str],
+    kinds: list[Kind],
+    ids: list[int],
+    *,
+    group: str | None,
+    meta: dict[str, Any],
+    signals: Mapping[str, list[float] | None],
+    reward: float | None = None,
+) -> EpisodeIn:
+    """One episode of a token dump, built without validation (the reader has checked lengths and
+    finiteness): ``signals`` by EpisodeIn's field names (others, such as verl's ``returns``, are
+    not fields and are left out)."""
+    arrays: dict[str, Any] = {name: signals.get(name) for name in TOKEN_FIELDS}
+    return EpisodeIn.model_construct(
+        tokens=tokens, kinds=kinds, token_ids=ids, reward=reward, group=group, meta=meta, **arrays
+    )

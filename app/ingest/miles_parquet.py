@@ -31,7 +31,7 @@ from app.core.errors import ApiError, located
 from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import short_hash
 from app.ingest._document import Document
-from app.ingest._ids import shown_tokens
+from app.ingest._ids import dump_episode, shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
 
@@ -144,18 +144,14 @@ def _episode(row: dict[str, Any], i: int, tokenizer: TokenDecoder | None) -> Epi
     shown = shown_tokens(ids, tokenizer, meta)
     reward = row.get("reward")
     group = row.get("group_index")
-    return EpisodeIn.model_construct(
-        tokens=shown,
-        kinds=kinds,
-        token_ids=ids,
+    return dump_episode(
+        shown,
+        kinds,
+        ids,
         reward=float(reward) if isinstance(reward, (int, float)) and math.isfinite(reward) else None,
         group=str(group) if group is not None else short_hash(str(ids[:p])),
         meta=meta,
-        logprobs=fields.get("logprobs"),
-        rollout_logprobs=fields.get("rollout_logprobs"),
-        ref_logprobs=fields.get("ref_logprobs"),
-        entropy=fields.get("entropy"),
-        advantages=fields.get("advantages"),
+        signals=fields,
     )
 
 

@@ -36,7 +36,7 @@ from app.core.errors import ApiError, located
 from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import short_hash
 from app.ingest._document import Document
-from app.ingest._ids import shown_tokens
+from app.ingest._ids import dump_episode, shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
 from app.ingest._unpickle import safe_loads
@@ -151,19 +151,7 @@ def _episode(
     if signals:
         meta["token_signals"] = {k: pad + v for k, v in signals.items()}
     tokens = shown_tokens(ids, tokenizer, meta)
-    return EpisodeIn.model_construct(
-        tokens=tokens,
-        kinds=kinds,
-        token_ids=ids,
-        group=group,
-        meta=meta,
-        rewards=full.get("rewards"),
-        advantages=full.get("advantages"),
-        logprobs=full.get("logprobs"),
-        rollout_logprobs=full.get("rollout_logprobs"),
-        ref_logprobs=full.get("ref_logprobs"),
-        values=full.get("values"),
-    )
+    return dump_episode(tokens, kinds, ids, group=group, meta=meta, signals=full)
 
 
 def _finite_row(a: np.ndarray, name: str, i: int) -> list[float]:

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.core.errors import ApiError, located
-from app.core.schemas import EpisodeIn, Kind
+from app.core.schemas import Kind
 from app.ingest._common import id_token
 from app.ingest._damage import torch_load_damage
 from app.ingest._document import Document
+from app.ingest._ids import dump_episode
 from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
 from creditlens.keys import VERL, VERL_PER_TOKEN, first_key
@@ -250,19 +251,13 @@ def rows(batch: Batch, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
         kinds += ["policy" if x else "tool" for x in m]
         yield (
             None,
-            EpisodeIn.model_construct(
-                tokens=tokens,
-                kinds=kinds,
-                rewards=arrays.get("rewards"),
-                values=arrays.get("values"),
-                logprobs=arrays.get("logprobs"),
-                advantages=arrays.get("advantages"),
-                ref_logprobs=arrays.get("ref_logprobs"),
-                rollout_logprobs=arrays.get("rollout_logprobs"),
-                entropy=arrays.get("entropy"),
-                token_ids=ids,
+            dump_episode(
+                tokens,
+                kinds,
+                ids,
                 group=None if batch.uid is None else str(batch.uid[b]),
                 meta=meta,
+                signals=arrays,
             ),
         )
 
