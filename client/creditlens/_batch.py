@@ -101,18 +101,7 @@ class Snapshot:
 
 
 # The per-token [B, T] arguments of ``log_tensors``, in the order they are checked.
-_PER_TOKEN = (
-    "token_ids",
-    "policy_mask",
-    "attention_mask",
-    "rewards",
-    "values",
-    "logprobs",
-    "ref_logprobs",
-    "rollout_logprobs",
-    "entropy",
-    "advantages",
-)
+_PER_TOKEN = ("token_ids", "policy_mask", "attention_mask", *FLOAT_FIELDS)
 _OTHER = ("tokens", "kinds", "reward", "groups", "tokenizer", "meta")
 
 
