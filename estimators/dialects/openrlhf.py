@@ -182,6 +182,23 @@ _ADV = "--algo.advantage.estimator"
 _reg = Dialects(TRAINER, VERSION)
 
 
+def _plain_outcome(
+    name: str,
+    label: str,
+    description: str,
+    reads: tuple[str, ...] = ("rewards", "groups"),
+    reference: str | None = None,
+) -> None:
+    """Register OpenRLHF's outcome estimator ``name`` as it runs without whitening (its one
+    parameter: ``clip_range``)."""
+
+    def fn(inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE) -> EstimatorOutput:
+        return _outcome(inp, name, clip_range, whiten=False, no_std_norm=False)
+
+    fn.__name__ = fn.__qualname__ = f"_openrlhf_{name}"
+    _reg(name, label, description, "outcome", reads, {"clip_range": CLIP_RANGE}, reference=reference)(fn)
+
+
 @_reg(
     "gae",
     "GAE",
@@ -216,20 +233,13 @@ def _openrlhf_reinforce(
     return _reinforce(inp, clip_range, no_std_norm)
 
 
-@_reg(
+_plain_outcome(
     "rloo",
     "RLOO",
     "OpenRLHF's RLOO: the episode's reward (every reward of the row) minus the mean of the others "
     "in its group, clamped to clip_range, as float32; gamma forced to 1; a group of one is refused.",
-    "outcome",
-    ("rewards", "groups"),
-    {"clip_range": CLIP_RANGE},
     reference="rloo",
 )
-def _openrlhf_rloo(
-    inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
-) -> EstimatorOutput:
-    return _outcome(inp, "rloo", clip_range, whiten=False, no_std_norm=False)
 
 
 @_reg(
@@ -248,48 +258,28 @@ def _openrlhf_rfb(
     return _outcome(inp, "reinforce_baseline", clip_range, whiten=True, no_std_norm=no_std_norm)
 
 
-@_reg(
+_plain_outcome(
     "group_norm",
     "GRPO (group_norm)",
     "OpenRLHF's group_norm (GRPO): reward minus the group mean over the unbiased group std + 1e-9 "
     "(an all-equal group keeps its rounding residue over 1e-9), clamped, as float32; gamma forced to 1.",
-    "outcome",
-    ("rewards", "groups"),
-    {"clip_range": CLIP_RANGE},
     reference="grpo",
 )
-def _openrlhf_group_norm(
-    inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
-) -> EstimatorOutput:
-    return _outcome(inp, "group_norm", clip_range, whiten=False, no_std_norm=False)
 
 
-@_reg(
+_plain_outcome(
     "dr_grpo",
     "Dr. GRPO",
     "OpenRLHF's dr_grpo: reward minus the group mean, no std and no whitening; clamped, as float32; "
     "gamma forced to 1.",
-    "outcome",
-    ("rewards", "groups"),
-    {"clip_range": CLIP_RANGE},
     reference="dr_grpo",
 )
-def _openrlhf_dr_grpo(
-    inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
-) -> EstimatorOutput:
-    return _outcome(inp, "dr_grpo", clip_range, whiten=False, no_std_norm=False)
 
 
-@_reg(
+_plain_outcome(
     "flash_reinforce",
     "FlashREINFORCE",
     "OpenRLHF's flash_reinforce: reward minus the mean reward of the whole batch (no groups, no "
     "whitening); clamped, as float32; gamma forced to 1.",
-    "outcome",
-    ("rewards",),
-    {"clip_range": CLIP_RANGE},
+    reads=("rewards",),
 )
-def _openrlhf_flash(
-    inp: EstimatorInput, clip_range: tuple[float, float] | None = CLIP_RANGE
-) -> EstimatorOutput:
-    return _outcome(inp, "flash_reinforce", clip_range, whiten=False, no_std_norm=False)
