@@ -58,7 +58,7 @@ from app.core.schemas import EpisodeIn
 from app.ingest._chat import add_text
 from app.ingest._common import scalar_meta, short_hash
 from app.ingest._roles import ROLE_KINDS, Kind, normalise, role_kind
-from app.ingest._spans import SpanBuilder
+from app.ingest._spans import SpanBuilder, arguments_text
 
 MAX_DEPTH = 4
 MAX_RECORD_LISTS = 2  # lists of records passed through on the way to a message list
@@ -543,15 +543,6 @@ def _block_text(b: Any) -> str:
     if b.get("type") in ("image", "image_url", "input_image"):
         return "[image]"
     return ""
-
-
-def arguments_text(args: Any) -> str:
-    """Tool-call arguments as written: a string stays, anything else is compact JSON."""
-    if isinstance(args, str):
-        return args
-    if args is None:
-        return ""
-    return json.dumps(args, ensure_ascii=False)
 
 
 def call_of(c: Any) -> tuple[str, str]:
