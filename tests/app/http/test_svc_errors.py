@@ -60,5 +60,11 @@ def test_schema_and_health(client):
         "openhands",
         "chat_trajectory",
         "agent_lightning",
+        # the trainers' token dumps and the catch-all transcript reader
+        "skyrl_dump",
+        "prime_rl_tokens",
+        "verifiers_trace",
+        "miles_parquet",
+        "transcript",
     }
     assert "/api/episodes/{slug}/advantages" in client.get("/openapi.json").json()["paths"]
