@@ -95,7 +95,10 @@ def _prime_rl(rng: np.random.Generator) -> tuple[bytes, bytes]:
     ids = rng.integers(0, 150_000, (B, T), dtype=np.int64)
     mask = np.zeros((B, T), dtype=bool)
     mask[:, T // 4 :] = True
-    f32 = lambda: rng.standard_normal((B, T)).astype(np.float32)  # noqa: E731
+
+    def f32() -> np.ndarray:
+        return rng.standard_normal((B, T)).astype(np.float32)
+
     adv, tlp, ilp, ent = f32(), -np.abs(f32()), -np.abs(f32()), np.abs(f32())
     lines = []
     for b in range(B):
