@@ -110,6 +110,16 @@ def _finish(
     )
 
 
+def _outcome(inp: EstimatorInput, normalize: bool, std: bool, normalize_advantages: bool) -> EstimatorOutput:
+    """The row's reward in float32 (minus its group mean when ``normalize``, over the group std
+    too when ``std``) on every policy token."""
+    r = row_sums(inp).to(F32)
+    if normalize:
+        r = group_rewards(r, inp.groups, std)
+    adv = on_policy(r, policy(inp))
+    return _finish(inp, adv, adv, normalize_advantages, episode_advantages=r.to(float_dtype(inp)))
+
+
 @_reg(
     "grpo",
     label="GRPO",
@@ -129,11 +139,7 @@ def _grpo(
     grpo_std_normalization: bool = True,
     normalize_advantages: bool = False,
 ) -> EstimatorOutput:
-    r = row_sums(inp).to(F32)
-    if rewards_normalization:
-        r = group_rewards(r, inp.groups, grpo_std_normalization)
-    adv = on_policy(r, policy(inp))
-    return _finish(inp, adv, adv, normalize_advantages, episode_advantages=r.to(float_dtype(inp)))
+    return _outcome(inp, rewards_normalization, grpo_std_normalization, normalize_advantages)
 
 
 @_reg(
@@ -151,11 +157,7 @@ def _grpo(
 def _rfpp_baseline(
     inp: EstimatorInput, rewards_normalization: bool = True, normalize_advantages: bool = False
 ) -> EstimatorOutput:
-    r = row_sums(inp).to(F32)
-    if rewards_normalization:
-        r = group_rewards(r, inp.groups, False)
-    adv = on_policy(r, policy(inp))
-    return _finish(inp, adv, adv, normalize_advantages, episode_advantages=r.to(float_dtype(inp)))
+    return _outcome(inp, rewards_normalization, False, normalize_advantages)
 
 
 @_reg(
