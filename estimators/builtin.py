@@ -342,14 +342,18 @@ def _passk(
     return _outcome(inp, lambda s: G.grpo_passk(s, inp.groups, norm=norm, eps=eps), score)
 
 
-def _otb_inputs(inp: EstimatorInput) -> tuple[Tensor, Tensor]:
+def _otb_with(
+    baseline: Callable[..., tuple[Tensor, Tensor]], inp: EstimatorInput, handle_zero_tail: bool
+) -> EstimatorOutput:
+    """``baseline`` (one of ``verl_family``'s optimal token baselines) on ``inp``."""
     if inp.logprobs is None:
         raise ValueError("the optimal token baseline needs logprobs")
     spp = inp.sum_pi_squared
     if spp is None:
         # Without the vocabulary sum, pi^2 of the chosen token is its lower bound.
         spp = torch.exp(2 * inp.logprobs)
-    return inp.logprobs, spp
+    a, g = baseline(inp.rewards, inp.mask, inp.groups, inp.logprobs, spp, handle_zero_tail=handle_zero_tail)
+    return EstimatorOutput(advantages=a, value_targets=g)
 
 
 @register(
@@ -363,11 +367,7 @@ def _otb_inputs(inp: EstimatorInput) -> tuple[Tensor, Tensor]:
     verl_name="optimal_token_baseline",
 )
 def _otb(inp: EstimatorInput, handle_zero_tail: bool = True) -> EstimatorOutput:
-    lp, spp = _otb_inputs(inp)
-    a, g = V.optimal_token_baseline(
-        inp.rewards, inp.mask, inp.groups, lp, spp, handle_zero_tail=handle_zero_tail
-    )
-    return EstimatorOutput(advantages=a, value_targets=g)
+    return _otb_with(V.optimal_token_baseline, inp, handle_zero_tail)
 
 
 @register(
@@ -381,11 +381,7 @@ def _otb(inp: EstimatorInput, handle_zero_tail: bool = True) -> EstimatorOutput:
     verl_name="tir_optimal_token_baseline",
 )
 def _tir(inp: EstimatorInput, handle_zero_tail: bool = True) -> EstimatorOutput:
-    lp, spp = _otb_inputs(inp)
-    a, g = V.tir_optimal_token_baseline(
-        inp.rewards, inp.mask, inp.groups, lp, spp, handle_zero_tail=handle_zero_tail
-    )
-    return EstimatorOutput(advantages=a, value_targets=g)
+    return _otb_with(V.tir_optimal_token_baseline, inp, handle_zero_tail)
 
 
 # ---- multi-turn agents (estimators/agent.py) ------------------------------------------------
