@@ -87,8 +87,9 @@ function drawTimeline(steps) {
 // The steps table shows the latest steps first; a long run's whole table (1,000 rows cost a
 // browser ~0.3 s of layout) only when asked for.
 const STEPS_SHOWN = 100;
-const STEP_COLUMNS = ["pass_rate", "mean_score", "zero_variance_share", "nonpolicy_advantage_share"];
-const SHARES = new Set(["zero_variance_share", "nonpolicy_advantage_share"]);
+// drift_token_share: a loop that re-renders sampled tokens (token-in/token-out) shows in every step.
+const STEP_COLUMNS = ["pass_rate", "mean_score", "zero_variance_share", "nonpolicy_advantage_share", "drift_token_share"];
+const SHARES = new Set(["zero_variance_share", "nonpolicy_advantage_share", "drift_token_share"]);
 
 /** A step's audit findings by severity, as the run's audit figure counts them ("—": not audited). */
 function findingsCell(m) {

@@ -51,3 +51,19 @@ def test_the_re_rendered_span_under_the_sampled_one(page, server):
     page.goto(f"/e/{clean['slug']}")
     wait_ready(page)
     expect(page.locator("#drift-box")).to_be_hidden()
+
+
+def test_a_run_that_retokenizes_shows_it_in_its_steps(page, server):
+    run = httpx.post(f"{server}/api/runs", json={"name": "tito-run"}, timeout=60).json()
+    data = "".join(
+        json.dumps(r) + "\n"
+        for r in [_rollout(1, 0, 1.0, _drifting_turns()), _rollout(1, 1, 0.0, _two_turns())]
+    )
+    r = httpx.post(f"{server}/api/runs/{run['id']}/steps/0", files={"file": ("s.jsonl", data)}, timeout=120)
+    assert r.status_code == 201, r.text
+    page.goto(f"/r/{run['id']}")
+    steps = page.locator("#steps")
+    expect(steps.locator("th")).to_contain_text(["policy tokens with drift"])
+    # 1 re-rendered sampled token of 8 + 6 policy tokens = 7.14 %: shown to 0 decimals.
+    expect(steps.locator("tbody tr").first.locator("td").nth(7)).to_have_text("7%")
+    assert not page.probe.errors
