@@ -36,12 +36,14 @@ from torch import Tensor
 
 from .. import token as T
 from ..groups import group_ids
-from ..registry import EstimatorInput, EstimatorOutput, register
+from ..registry import EstimatorInput, EstimatorOutput
+from ._common import Dialects
 
 __all__ = ["normalize"]
 
 _TRAINER = "areal"
 _VERSION = "1.0.4"
+_reg = Dialects(_TRAINER, _VERSION)
 _LEVELS = ("batch", "group", None)
 F64 = torch.float64
 
@@ -206,9 +208,9 @@ _COMMON: dict[str, Any] = {
 }
 
 
-@register(
-    "areal:grpo",
-    label="GRPO (AReaL 1.0.4)",
+@_reg(
+    "grpo",
+    label="GRPO",
     description=(
         "AReaL's PPOActor without a critic: the row's reward, group-normalised (reward_norm: "
         "mean_level, std_level, eps 1e-5), broadcast by a float32 GAE over the loss tokens (tool "
@@ -218,8 +220,6 @@ _COMMON: dict[str, Any] = {
     reads=("rewards", "groups"),
     may_read=("last_value",),
     params={"mean_level": "group", "std_level": "group", "adv_norm": "batch", **_COMMON},
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="grpo",
 )
 def _grpo(
@@ -234,9 +234,9 @@ def _grpo(
     )
 
 
-@register(
-    "areal:gae",
-    label="PPO GAE (AReaL 1.0.4)",
+@_reg(
+    "gae",
+    label="PPO GAE",
     description=(
         "AReaL's PPOActor with a critic: the row's reward (float32) on its last policy token, GAE with "
         "carry-forward masking (tool spans skipped, values read on policy tokens only), bootstrap from "
@@ -246,8 +246,6 @@ def _grpo(
     reads=("rewards", "values"),
     may_read=("groups", "last_value"),
     params={"mean_level": None, "std_level": None, "adv_norm": None, **_COMMON},
-    trainer=_TRAINER,
-    version=_VERSION,
     reference="token_gae",
 )
 def _gae(
