@@ -1,4 +1,5 @@
-"""SkyRL dumps: ``{trainer.export_path}/dumped_data/*.pkl`` (``trainer.dump_data=true``), read with
+"""SkyRL dumps: ``{trainer.export_path}/dumped_data/global_step_{N}_training_input.pkl``
+(``trainer.dump_data_batch=true``), read with
 the restricted unpickler (app/ingest/_unpickle.py): nothing in the pickle runs, and a pickle that
 asks for anything beyond plain containers, numbers, strings, numpy arrays, torch tensors and
 SkyRL's own batch classes is refused by name. SkyRL's ``TrainingInputBatch`` / ``TensorBatch``

@@ -14,6 +14,8 @@ Dump files it knows (the step is in the file name):
   ``prime_rl_tokens``; DIR may be the output folder or its ``token_exports/``). A step is a folder
   with one file per rank; it is sent once, as its rank files joined in rank order, when the trainer
   has put its ``STABLE`` marker there (every rank flushed) and every rank file is whole.
+* SkyRL ``trainer.dump_data_batch``: ``dumped_data/global_step_{N}_training_input.pkl`` (format
+  ``skyrl_dump``; DIR may be the export path or its ``dumped_data/``).
 
 A file is uploaded once it is complete: its size and mtime are the same on two looks
 ``--interval`` seconds apart and it parses (every JSONL line is JSON; a parquet file has its footer
@@ -61,7 +63,7 @@ class DumpKind:
     format: str
     pattern: re.Pattern[str]
     subdirs: tuple[str, ...]
-    check: str  # "jsonl" | "parquet" | "zip"
+    check: str  # "jsonl" | "parquet" | "zip" | "pickle"
     label: str
     # A step is a folder (its name matches ``step_dirs``, group 1 = the step) holding one file per
     # rank (``pattern``, group 1 = the rank), complete once ``marker`` is there (None: no marker).
@@ -82,6 +84,13 @@ DUMP_KINDS: dict[str, DumpKind] = {
             "TRL completions",
         ),
         DumpKind("slime_pt", re.compile(r"(\d+)\.pt"), ("", "rollout_data"), "zip", "slime rollout dump"),
+        DumpKind(
+            "skyrl_dump",
+            re.compile(r"global_step_(\d+)_training_input\.pkl"),
+            ("", "dumped_data"),
+            "pickle",
+            "SkyRL dumped_data",
+        ),
         DumpKind(
             "prime_rl_tokens",
             re.compile(r"rank_(\d+)\.jsonl"),
@@ -153,6 +162,11 @@ def incomplete_reason(data: bytes, check: str) -> str | None:
                 zf.infolist()
         except (zipfile.BadZipFile, OSError, ValueError) as e:
             return f"not a whole zip archive yet ({e})"
+        return None
+    if check == "pickle":
+        # pickle.dump writes the protocol opcode first and STOP (".") last; nothing is unpickled here.
+        if data[:1] != b"\x80" or not data.endswith(b"."):
+            return "not a whole pickle yet (no STOP opcode at its end)"
         return None
     raise ValueError(f"unknown check {check!r}")
 

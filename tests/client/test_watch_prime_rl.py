@@ -62,3 +62,23 @@ def test_once_without_the_marker_sends_nothing(server, tmp_path):
     assert w.proc.wait(timeout=DEADLINE_S) == 1
     w.stop()
     assert w.sent() == [] and "no STABLE marker yet" in "\n".join(w.lines)
+
+
+def test_skyrl_dumped_data_and_a_cut_pickle(server, tmp_path):
+    """SkyRL ``trainer.dump_data_batch`` writes ``dumped_data/global_step_{N}_training_input.pkl``
+    (the skyrl_dump example, fixtures/formats/skyrl_dump/); a pickle cut short waits."""
+    pkl = (ROOT / "fixtures" / "formats" / "skyrl_dump" / "global_step_2_training_input.pkl").read_bytes()
+    dumped = tmp_path / "export" / "dumped_data"
+    dumped.mkdir(parents=True)
+    (dumped / "global_step_1_training_input.pkl").write_bytes(pkl)
+    (dumped / "global_step_2_training_input.pkl").write_bytes(pkl[: len(pkl) // 2])
+    w = Watch(tmp_path / "export", server.base, "skyrl-watch")
+    try:
+        w.wait_for(r"^sent step 1 \(global_step_1_training_input\.pkl, ")
+        w.wait_for(r"^waiting for step 2 .*not a whole pickle yet")
+        (dumped / "global_step_2_training_input.pkl").write_bytes(pkl)
+        w.wait_for(r"^sent step 2 ")
+    finally:
+        w.stop()
+    run = run_of(server.base, "skyrl-watch")
+    assert [(s["step"], s["n_episodes"]) for s in run["steps"]] == [(1, 3), (2, 3)]
