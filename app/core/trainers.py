@@ -10,7 +10,7 @@ object) then says which of that trainer's estimators ran, and with which gamma a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from app.core.errors import ApiError
@@ -74,6 +74,22 @@ def _find(config: Mapping[str, Any], names: tuple[str, ...]) -> Any:
     return None
 
 
+def _named(
+    config: Mapping[str, Any] | None,
+    keys: tuple[str, ...],
+    default: str,
+    full_name: Callable[[str], str],
+    registered: Collection[str],
+) -> str | None:
+    """The first of (the value of the config's first key in ``keys``, ``default``) whose
+    ``full_name`` is registered; None when neither is."""
+    named = _find(config or {}, keys)
+    for n in ([str(named)] if isinstance(named, str) and named else []) + [default]:
+        if n and full_name(n) in registered:
+            return full_name(n)
+    return None
+
+
 def dialect_of(trainer: str | None, config: Mapping[str, Any] | None = None) -> str | None:
     """The registered dialect (``"<trainer>:<name>"``) the configuration says ran: its estimator
     key, else the trainer's default; None when that is not registered (or no trainer)."""
@@ -81,15 +97,8 @@ def dialect_of(trainer: str | None, config: Mapping[str, Any] | None = None) -> 
         return None
     from estimators.registry import available
 
-    named = _find(config or {}, ESTIMATOR_KEYS)
-    names = [str(named)] if isinstance(named, str) and named else []
-    names.append(DEFAULT_ESTIMATOR.get(trainer, ""))
-    registered = available()
-    for n in names:
-        scheme = f"{trainer}:{n}"
-        if n and scheme in registered:
-            return scheme
-    return None
+    default = DEFAULT_ESTIMATOR.get(trainer, "")
+    return _named(config, ESTIMATOR_KEYS, default, lambda n: f"{trainer}:{n}", available())
 
 
 def loss_of(trainer: str | None, config: Mapping[str, Any] | None = None) -> str | None:
@@ -100,15 +109,10 @@ def loss_of(trainer: str | None, config: Mapping[str, Any] | None = None) -> str
         return None
     from estimators.losses import available_losses
 
-    named = _find(config or {}, LOSS_KEYS)
-    names = [str(named)] if isinstance(named, str) and named else []
-    names.append(DEFAULT_LOSS.get(trainer, ""))
-    registered = available_losses()
-    for n in names:
-        loss = n if trainer == "verl" else f"{trainer}:{n}"  # verl's losses keep their own names
-        if n and loss in registered:
-            return loss
-    return None
+    def full(n: str) -> str:
+        return n if trainer == "verl" else f"{trainer}:{n}"  # verl's losses keep their own names
+
+    return _named(config, LOSS_KEYS, DEFAULT_LOSS.get(trainer, ""), full, available_losses())
 
 
 def discount_of(config: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
