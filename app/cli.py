@@ -18,11 +18,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict
 
 from app.core import schemes, urls
+from creditlens.__main__ import dispatch
 
 
 def _db_url(db: str) -> str:
@@ -395,9 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    fn: Callable[[argparse.Namespace], int] = args.fn
-    return fn(args)
+    return dispatch(build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """Parse ``argv`` with ``parser`` and run the subcommand it chose (its ``fn`` default); the
+    exit status. The server's ``creditlens`` command dispatches the same way."""
+    args = parser.parse_args(argv)
     fn: Callable[[argparse.Namespace], int] = args.fn
     return fn(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(build_parser(), argv)
 
 
 if __name__ == "__main__":
