@@ -29,6 +29,7 @@ from app.storage.store import (
     require_delete_token,
     row_by_id,
     row_by_ref,
+    row_by_ref_or_404,
 )
 
 
@@ -100,10 +101,7 @@ def run_by_ref(session: Session, ref: int | str) -> Run | None:
 
 def run_by_ref_or_404(session: Session, ref: int | str) -> Run:
     """:func:`run_by_ref`, or ApiError 404 (the same answer for "unlisted" and "no such run")."""
-    run = run_by_ref(session, ref)
-    if run is None:
-        raise not_found(f"Run {ref}")
-    return run
+    return row_by_ref_or_404(session, Run, ref, "Run")
 
 
 def run_or_404(session: Session, run_id: int) -> Run:

@@ -82,6 +82,15 @@ def row_by_ref(session: Session, model: type[T], ref: int | str) -> T | None:
     return session.exec(select(model).where(col(model.slug) == ref)).first()
 
 
+def row_by_ref_or_404(session: Session, model: type[T], ref: int | str, what: str) -> T:
+    """:func:`row_by_ref`, or ApiError 404 naming ``what`` ("Batch 7"): the same answer for
+    "unlisted" and "no such row"."""
+    row = row_by_ref(session, model, ref)
+    if row is None:
+        raise not_found(f"{what} {ref}")
+    return row
+
+
 def row_by_id(session: Session, model: type[T], row_id: int) -> T | None:
     """The row of ``model`` with this id, or None. Ids are positive 64-bit integers; anything else
     (e.g. /b/9223372036854775808) cannot exist, and SQLite would raise OverflowError (a 500) on
@@ -98,10 +107,7 @@ def batch_by_ref(session: Session, ref: int | str) -> Batch | None:
 
 def batch_by_ref_or_404(session: Session, ref: int | str) -> Batch:
     """:func:`batch_by_ref`, or ApiError 404 (the same answer for "unlisted" and "no such batch")."""
-    b = batch_by_ref(session, ref)
-    if b is None:
-        raise not_found(f"Batch {ref}")
-    return b
+    return row_by_ref_or_404(session, Batch, ref, "Batch")
 
 
 def new_slug() -> str:
