@@ -12,16 +12,17 @@ from sqlalchemy import Column, Float, ForeignKey, Integer, String, Text
 from sqlmodel import Field, SQLModel
 
 
+def _run_part_of_key() -> Column[int]:
+    """A new ``run_id`` column: part of the table's primary key, its rows deleted with their run."""
+    return Column(Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True, autoincrement=False)
+
+
 class RunPrompt(SQLModel, table=True):
     """A prompt of a run, by its key."""
 
     __tablename__ = "run_prompt"
 
-    run_id: int = Field(
-        sa_column=Column(
-            Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
-        )
-    )
+    run_id: int = Field(sa_column=_run_part_of_key())
     key: str = Field(sa_column=Column(String(32), primary_key=True))
     prompt: str = Field(sa_column=Column(Text, nullable=False))
     n_tokens: int = 0
@@ -33,11 +34,7 @@ class PromptStepRow(SQLModel, table=True):
 
     __tablename__ = "prompt_step"
 
-    run_id: int = Field(
-        sa_column=Column(
-            Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
-        )
-    )
+    run_id: int = Field(sa_column=_run_part_of_key())
     key: str = Field(sa_column=Column(String(32), primary_key=True))
     step: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
     batch_id: int = Field(
