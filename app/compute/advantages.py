@@ -65,6 +65,12 @@ class RowContext:
 # ---- the service's own schemes ------------------------------------------------------------------
 
 
+# Numbers held per token per scheme while one episode's advantages are answered: its [T] row, the
+# masked copy and the JSON answer's floats. Measured on a 131,072-token episode: ~7 MB per scheme
+# of peak memory, ~7 float64s per token (tests/adversarial/test_adv_memory.py).
+ROW_NUMBERS = 7
+
+
 def _outcome(q: RowContext) -> Row:
     if q.baseline == "none":
         a: float | None = float(q.ctx.scores[q.ctx.index])
@@ -185,9 +191,10 @@ def episode_advantages(
     specs = available()
     T = len(ep.kinds)
     if ctx is not None:
-        # Each scheme holds a few [T] arrays of this episode (token schemes run on its row alone).
+        # Each scheme holds a few [T] arrays of this episode (token schemes run on its row alone)
+        # and its answer's numbers: ROW_NUMBERS per token, as measured.
         check_budget(
-            T * (len(names) + 4),
+            T * (ROW_NUMBERS * len(names) + 4),
             ctx.max_cells,
             f"{len(names)} scheme(s) on this {T:,}-token episode",
             "Ask for fewer schemes at once (scheme=...).",

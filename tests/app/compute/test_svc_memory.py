@@ -86,8 +86,9 @@ def test_outcome_answers_through_the_api_match_the_padded_estimator(client):
 def test_beyond_the_work_budget_is_a_413_saying_what_to_reduce(db_url):
     from tests.app.svc_helpers import make_client
 
-    # 5 tokens x (schemes + 4): one scheme needs 25 numbers, three need 35; the budget is 30.
-    with make_client(db_url, max_compute_cells=30) as c:
+    # 5 tokens x (7 per scheme + 4) (app/compute/advantages.py ROW_NUMBERS): one scheme needs
+    # 5 x 11 = 55 numbers, three need 5 x 25 = 125; the budget is 60.
+    with make_client(db_url, max_compute_cells=60) as c:
         slug = upload(c, [episode(reward=1.0)]).json()["episodes"][0]["slug"]
         ok = c.get(f"/api/episodes/{slug}/advantages", params={"scheme": "outcome"})
         assert ok.status_code == 200
@@ -95,7 +96,7 @@ def test_beyond_the_work_budget_is_a_413_saying_what_to_reduce(db_url):
         assert r.status_code == 413
         err = r.json()["error"]
         assert err["code"] == "work_budget" and "CREDITLENS_MAX_COMPUTE_CELLS" in err["message"]
-        assert "fewer schemes" in err["message"] and "35" in err["message"]
+        assert "fewer schemes" in err["message"] and "125" in err["message"]
 
 
 def test_diagnostics_are_stored_at_ingest_and_follow_deletes(client):
