@@ -15,18 +15,40 @@ CORPUS = ["the cat sat on the mat\n", "what is 2 + 2? it is 4\n", "call the tool
 TRL_PROMPTS = ["the cat sat", "what is 2 + 2?", "call the tool"]
 
 
-def byte_level_tokenizer() -> Tokenizer:
+def byte_level_tokenizer(corpus: list[str] = CORPUS, vocab_size: int = 300) -> Tokenizer:
+    """A byte-level BPE tokenizer trained here on ``corpus`` (special tokens <pad>, <eos>)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=300,
+        vocab_size=vocab_size,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=["<pad>", "<eos>"],
         show_progress=False,
     )
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(corpus, trainer)
     return tok
+
+
+def tiny_llama(tok: Tokenizer, hidden: int = 16) -> tuple[Any, Any]:
+    """(a fast transformers tokenizer over ``tok``, a randomly initialised 1-layer Llama of its
+    vocabulary, seeded 0): the model TRL's GRPOTrainer runs on CPU in the tests."""
+    import torch
+    import transformers
+
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+    config = transformers.LlamaConfig(
+        vocab_size=len(hf_tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pad_token_id=hf_tok.pad_token_id,
+        eos_token_id=hf_tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    return hf_tok, transformers.AutoModelForCausalLM.from_config(config)
 
 
 @dataclass
@@ -92,25 +114,9 @@ def trl_trainer(output_dir: str, max_steps: int = 2) -> Any:
     """A TRL ``GRPOTrainer`` on CPU: a 1-layer random Llama, the tokenizer above, groups of 2 and
     a reward that differs within every group (0 then 1)."""
     import datasets
-    import torch
-    import transformers
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.manual_seed(0)
-    hf_tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=byte_level_tokenizer(), pad_token="<pad>", eos_token="<eos>"
-    )
-    config = transformers.LlamaConfig(
-        vocab_size=len(hf_tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        pad_token_id=hf_tok.pad_token_id,
-        eos_token_id=hf_tok.eos_token_id,
-    )
-    model = transformers.AutoModelForCausalLM.from_config(config)
+    hf_tok, model = tiny_llama(byte_level_tokenizer(), hidden=32)
     dataset = datasets.Dataset.from_dict({"prompt": TRL_PROMPTS * 4})
 
     def reward(completions, **_kwargs):  # varies within every group of 2

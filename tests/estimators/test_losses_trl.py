@@ -27,35 +27,13 @@ B, P, T = 6, 3, 12  # rows, prompt tokens, completion tokens
 def trainer(loss_type: str, level: str, **config: Any) -> Any:
     """A GRPOTrainer built by TRL from a GRPOConfig (its own checks and defaults)."""
     import datasets
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from trl import GRPOConfig, GRPOTrainer
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        ["call the tool: search(x) and read what it says\n"] * 20,
-        trainers.BpeTrainer(
-            vocab_size=280,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            special_tokens=["<pad>", "<eos>"],
-            show_progress=False,
-        ),
+    from tests.client.trainers import byte_level_tokenizer, tiny_llama
+
+    hf_tok, model = tiny_llama(
+        byte_level_tokenizer(["call the tool: search(x) and read what it says\n"] * 20, vocab_size=280)
     )
-    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    llama = transformers.LlamaConfig(
-        vocab_size=len(hf_tok),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        pad_token_id=hf_tok.pad_token_id,
-        eos_token_id=hf_tok.eos_token_id,
-    )
-    model = transformers.AutoModelForCausalLM.from_config(llama)
     args = GRPOConfig(
         output_dir="/tmp/creditlens-trl-loss",  # nothing is written: no training step runs
         use_cpu=True,

@@ -197,35 +197,13 @@ def trl_grpo_trainer() -> Any:
     column, so the trainer's own ``_generate_and_score_completions`` turns the scores we give it
     into advantages."""
     datasets = pytest.importorskip("datasets")
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     trl = pytest.importorskip("trl")
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tests.client.trainers import byte_level_tokenizer, tiny_llama
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        ["call the tool: search(x)\n", "the answer is 4\n"] * 20,
-        trainers.BpeTrainer(
-            vocab_size=280,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            special_tokens=["<pad>", "<eos>"],
-            show_progress=False,
-        ),
+    hf_tok, model = tiny_llama(
+        byte_level_tokenizer(["call the tool: search(x)\n", "the answer is 4\n"] * 20, vocab_size=280)
     )
-    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(hf_tok),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        pad_token_id=hf_tok.pad_token_id,
-        eos_token_id=hf_tok.eos_token_id,
-    )
-    model = transformers.AutoModelForCausalLM.from_config(config)
 
     def score(*, score: list[float], **_columns: Any) -> list[float]:
         return [float(s) for s in score]
