@@ -261,6 +261,13 @@ class RunIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=512)
     config: dict[str, Any] = Field(default_factory=dict)
+    config_text: str | None = Field(
+        None,
+        max_length=2 * 1024 * 1024,
+        description="the trainer's configuration file as it is on disk: verl's Hydra `.hydra/config.yaml` (its "
+        "`${...}` interpolations resolved) or `overrides.yaml`, OpenRLHF's `--key value` arguments, or JSON. Read "
+        "by the server and merged under `config` (whose settings win, key by key); a 422 names the line it cannot read.",
+    )
     visibility: Literal["public", "unlisted"] | None = Field(
         None, description="unlisted: never listed, reachable only by its slug (default: the server's setting)"
     )

@@ -55,6 +55,40 @@ def check_trainer(name: str | None, field: str = "trainer") -> str | None:
     )
 
 
+# Keys only one trainer's configuration has, in the shape it saves them: verl's Hydra config
+# (``actor_rollout_ref``), SkyRL's (``trainer.algorithm`` beside ``generator``), TRL's
+# ``GRPOConfig`` (``num_generations`` and ``scale_rewards``), OpenRLHF's arguments
+# (``advantage_estimator`` with ``n_samples_per_prompt``).
+_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("verl", ("actor_rollout_ref",)),
+    ("skyrl", ("trainer.algorithm", "generator")),
+    ("trl", ("num_generations", "scale_rewards")),
+    ("openrlhf", ("advantage_estimator", "n_samples_per_prompt")),
+)
+
+
+def trainer_of_config(config: Mapping[str, Any]) -> str | None:
+    """The trainer whose configuration this is, when its shape says so unambiguously: a string
+    ``trainer`` key, else the keys only that trainer's configuration has; None otherwise."""
+    named = config.get("trainer")
+    if isinstance(named, str):
+        return named
+    found = []
+    for trainer, keys in _SIGNATURES:
+        if all(_has(config, k) for k in keys):
+            found.append(trainer)
+    return found[0] if len(found) == 1 else None
+
+
+def _has(config: Mapping[str, Any], dotted: str) -> bool:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def flat(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted key, value) of every leaf of a nested configuration."""
     for k, v in config.items():

@@ -11,6 +11,7 @@ from sqlmodel import Session
 
 from app.core import urls
 from app.core.arrays import json_loads
+from app.core.configs import merged, parse_config
 from app.core.errors import ApiError, not_found
 from app.core.protocol import check_protocol
 from app.core.schemas import (
@@ -24,7 +25,7 @@ from app.core.schemas import (
     RunSummaryOut,
     StepUploadOut,
 )
-from app.core.trainers import check_trainer
+from app.core.trainers import check_trainer, trainer_of_config
 from app.http.api._json import dumps, json_response
 from app.http.api.batches import _iso
 from app.http.api.deps import client_protocol, require_write, stored_id
@@ -72,12 +73,6 @@ def _step_exists(run_id: int | str, step: int) -> ApiError:
     )
 
 
-def _config_trainer(config: dict[str, Any]) -> str | None:
-    """A config's own ``trainer`` key (a client that sends only its config)."""
-    t = config.get("trainer")
-    return t if isinstance(t, str) else None
-
-
 @router.post(
     urls.API_RUNS,
     status_code=201,
@@ -93,8 +88,12 @@ def create_run(body: RunIn, request: Request, session: SessionDep) -> Response:
     this server's is a 400 naming both."""
     check_protocol(body.protocol, "protocol")
     visibility = body.visibility or request.app.state.settings.default_visibility
-    trainer = check_trainer(body.trainer or _config_trainer(body.config), "trainer")
-    config = {**body.config, "trainer": trainer} if trainer else body.config
+    config = body.config
+    if body.config_text:  # the trainer's own file (app/core/configs.py); the JSON keys win
+        config = merged(parse_config(body.config_text, "config_text"), config)
+    # Named, else a config's own ``trainer`` key, else the shape of a known trainer's config.
+    trainer = check_trainer(body.trainer or trainer_of_config(config), "trainer")
+    config = {**config, "trainer": trainer} if trainer else config
     run, token = rs.create_run(session, body.name, config, visibility, body.keep, body.keep_every)
     ref = rs.run_ref(run)
     out = {"id": run.id, "ref": ref, "url": urls.run(ref), "api_url": urls.api_run(ref)}

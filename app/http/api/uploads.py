@@ -16,10 +16,11 @@ from sqlmodel import Session
 from starlette.datastructures import FormData
 from starlette.types import Message
 
+from app.core.configs import parse_config
 from app.core.errors import ApiError
 from app.core.schemas import UploadOut
 from app.core.settings import Settings
-from app.core.trainers import check_trainer
+from app.core.trainers import check_trainer, trainer_of_config
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
 from app.ingest import FORMATS, iter_upload, load_tokenizer
@@ -86,6 +87,7 @@ class UploadBody:
     visibility: str | None = None  # public|unlisted; None: the server's CREDITLENS_DEFAULT_VISIBILITY
     mapping: str | None = None  # JSON {native field: record key} (app/ingest/_mapping.py)
     trainer: str | None = None  # the trainer that computed the advantages (app/core/trainers.py)
+    config: dict[str, Any] | None = None  # its configuration file, read (app/core/configs.py)
 
 
 def resolve_visibility(given: str | None, settings: Settings) -> str:
@@ -123,7 +125,7 @@ async def read_upload(
 ) -> UploadBody:
     """The body of an upload request, the one reading of POST /api/uploads and of a run's steps:
     multipart (``file`` [+ ``format``, ``name``, ``tokenizer`` (a tokenizer.json for uploads of
-    token ids) form fields]), a JSON body, or the raw file bytes
+    token ids), ``trainer``, ``config`` (the trainer's configuration file) form fields]), a JSON body, or the raw file bytes
     (``format``/``name`` from the query). 413 beyond CREDITLENS_MAX_UPLOAD_BYTES."""
     settings = request.app.state.settings
     limit = settings.max_upload_bytes
@@ -154,9 +156,27 @@ async def read_upload(
         mapping = mapping or (mapped if isinstance(mapped, str) and mapped.strip() else None)
         tr = form.get("trainer")
         trainer = trainer or (tr if isinstance(tr, str) and tr.strip() else None)
+        config = await read_config(form)
     else:
         data = await _read_body(request, limit)
-    return UploadBody(data, format, name, filename, tokenizer, visibility, mapping, check_trainer(trainer))
+        config = None
+    if trainer is None and config is not None:
+        trainer = trainer_of_config(config)
+    return UploadBody(
+        data, format, name, filename, tokenizer, visibility, mapping, check_trainer(trainer), config
+    )
+
+
+async def read_config(form: FormData) -> dict[str, Any] | None:
+    """The optional ``config`` multipart part (the trainer's configuration file: verl's
+    ``.hydra/config.yaml`` or ``overrides.yaml``, a JSON object, OpenRLHF's arguments), read."""
+    part = form.get("config")
+    if part is None:
+        return None
+    text = part if isinstance(part, str) else await part.read()
+    if not text.strip():
+        return None
+    return parse_config(text, "config")
 
 
 def ingest(
@@ -177,6 +197,7 @@ def ingest(
     body's or the server's default. ``trainer``/``trainer_config``: a run step's (its run's), else
     the body's trainer; kept in the batch's meta (app/core/trainers.py)."""
     trainer = body.trainer or trainer
+    trainer_config = body.config or trainer_config
     visibility = visibility or resolve_visibility(body.visibility, settings)
     tok = body.tokenizer
     decoder = None if tok is None else load_tokenizer(tok, settings.max_tokenizer_bytes)
