@@ -353,6 +353,8 @@ async function upload(file, mapping = null) {
   // The tokenizer.json goes beside the file, as the API takes it (its checks answer as for the file).
   const tokenizer = $("up-tokenizer").files[0];
   if (tokenizer) fd.append("tokenizer", tokenizer, tokenizer.name);
+  const config = $("up-config").files[0];
+  if (config) fd.append("config", config, config.name);
   const headers = { accept: "application/json" };
   if ($("up-token").value) headers.authorization = `Bearer ${$("up-token").value}`;
   try {

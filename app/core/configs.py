@@ -6,6 +6,7 @@ Users have their trainer's configuration as a file, not as JSON they wrote thems
   ``outputs/<date>/<time>/.hydra/config.yaml`` and the command line's overrides as
   ``.hydra/overrides.yaml`` (a YAML list of ``key.path=value`` strings);
 * OpenRLHF is configured by command-line arguments (``--advantage_estimator group_norm --gamma 1``);
+* prime-rl reads TOML files (``[trainer.loss]`` tables of ``key = value``);
 * TRL's ``GRPOConfig`` and anything else arrive as JSON.
 
 :func:`parse_config` reads any of these. YAML is read with ``yaml.safe_load`` (plain data only,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tomllib
 from typing import Any
 
 import yaml
@@ -31,8 +33,8 @@ _OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w.\-/@]*)=(.*)$", re.S)
 
 
 def parse_config(text: str | bytes, field: str = "config") -> dict[str, Any]:
-    """The nested configuration in ``text``: a JSON object, YAML (a Hydra ``config.yaml``, or an
-    ``overrides.yaml`` list of ``key=value``), or command-line arguments (``--key value``). 413
+    """The nested configuration in ``text``: a JSON object, TOML, YAML (a Hydra ``config.yaml``, or
+    an ``overrides.yaml`` list of ``key=value``), or command-line arguments (``--key value``). 413
     beyond :data:`MAX_CONFIG_BYTES`; 422 ``bad_config`` naming the line for anything else."""
     if isinstance(text, bytes):
         if len(text) > MAX_CONFIG_BYTES:
@@ -57,6 +59,8 @@ def parse_config(text: str | bytes, field: str = "config") -> dict[str, Any]:
     if body.startswith("--"):
         return _arguments(body)
     parsed = _json(body) if body[0] in "{[" else None
+    if parsed is None:
+        parsed = _toml(body)
     if parsed is None:
         parsed = _yaml(body, field)  # YAML reads JSON too, but not its \u escapes of surrogate pairs
     if isinstance(parsed, list) and all(isinstance(x, str) for x in parsed):
@@ -86,6 +90,20 @@ def _json(body: str) -> Any:
         return json.loads(body)
     except ValueError:
         return None  # perhaps YAML in flow style; its parser says what is wrong if not
+
+
+_TOML_LINE = re.compile(r"^\s*(\[[\w.\-\"' ]+\]|[\w.\-\"]+\s*=)", re.M)
+
+
+def _toml(body: str) -> dict[str, Any] | None:
+    """prime-rl's TOML configuration (``[section]`` tables, ``key = value``), or None when the
+    text is not TOML (YAML has no ``key = value`` lines)."""
+    if _TOML_LINE.search(body) is None:
+        return None
+    try:
+        return tomllib.loads(body)
+    except tomllib.TOMLDecodeError:
+        return None  # YAML with an `=` in a value, or broken TOML: YAML's parser says which
 
 
 def _yaml(body: str, field: str) -> Any:

@@ -53,10 +53,11 @@ def default_rows(have: Collection[str], trainer_rows: Sequence[str] = ()) -> lis
     """The rows of a link without ``scheme=`` for an episode with the inputs ``have``: the
     trainer's advantages and the audit's reference when uploaded, else sc.default_schemes.
     ``trainer_rows``: the named trainer's dialect and its reference (app/core/trainers.py), shown
-    right under the upload (those whose inputs the episode has), before the audit's difference."""
-    if "advantages" not in have:
-        return sc.default_schemes(have)
+    right under the upload (those whose inputs the episode has), before the audit's difference;
+    without uploaded advantages, the dialect and its reference are the rows."""
     mine = [r for r in trainer_rows if set(sc.reads_of(r)) <= set(have)]
+    if "advantages" not in have:
+        return mine if len(mine) == len(trainer_rows) and mine else sc.default_schemes(have)
     if mine:
         return ["uploaded", *mine, "audit_diff"]
     return list(UPLOADED_ROWS)

@@ -44,6 +44,7 @@ import httpx
 
 from . import _batch
 from ._spool import Entry, Spool, default_spool_dir
+from .upload import config_file_text
 from .wire import PROTOCOL_HEADER, PROTOCOL_VERSION
 
 __all__ = ["Client", "Run"]
@@ -121,7 +122,7 @@ class Client:
     def run(
         self,
         name: str,
-        config: dict[str, Any] | None = None,
+        config: dict[str, Any] | str | os.PathLike[str] | None = None,
         resume: bool = False,
         keep: int | None = None,
         trainer: str | None = None,
@@ -132,7 +133,10 @@ class Client:
         server keeps in full per step (whole groups, the telling ones first; its metrics still count
         every episode); None keeps every one. ``trainer``: the trainer whose advantages the steps
         carry (verl, trl, openrlhf, skyrl, areal, nemo_rl, prime_rl, slime; the adapters say it
-        themselves): the server shows that trainer's estimator, which ``config`` names, beside them."""
+        themselves): the server shows that trainer's estimator, which ``config`` names, beside them.
+        ``config``: a dict, or the path of the trainer's configuration file (verl's Hydra
+        ``.hydra/config.yaml``, or the Hydra output folder holding it; OpenRLHF's arguments; JSON),
+        sent as it is for the server to read."""
         run = Run(self, name, config or {}, resume, keep, trainer)
         self._runs.append(run)
         return run
@@ -172,13 +176,16 @@ class Run:
         self,
         client: Client,
         name: str,
-        config: dict[str, Any],
+        config: dict[str, Any] | str | os.PathLike[str],
         resume: bool,
         keep: int | None = None,
         trainer: str | None = None,
     ) -> None:
         self._client = client
         self.name = name
+        # A configuration file travels as its text; the server reads it (YAML, arguments, JSON).
+        self.config_text = None if isinstance(config, dict) else config_file_text(config)
+        config = config if isinstance(config, dict) else {}
         # The trainer travels in the config (a server of any version keeps it) and with each step.
         self.config = {**config, "trainer": trainer} if trainer else config
         self.trainer = trainer
@@ -526,6 +533,52 @@ class Run:
         the retries (or the run was closed)."""
         return self._post(int(step), body, format, name=name, final_4xx=True)
 
+    def log_metrics_file(
+        self, path: str | os.PathLike[str], *, replace: bool = False
+    ) -> dict[str, Any] | None:
+        """Attach the trainer's own metrics log at ``path`` to the run, now, in the calling thread
+        (``POST /api/runs/{ref}/logged-metrics``): verl's file logger JSONL, TRL's
+        ``trainer_state.json``, prime-rl's ``metrics.jsonl``, a W&B history export, or their gzip.
+        The run page draws its series as the trainer's own numbers. Merged by step (a step of the
+        file replaces that step's logged metrics); ``replace=True`` drops the earlier ones first.
+        Returns the server's answer (steps and metrics stored, values skipped), or None when it
+        refused the file (a warning says why; ``strict`` raises ValueError) or did not answer
+        within the retries."""
+        try:
+            body = Path(path).read_bytes()
+        except OSError as e:
+            self._bad_argument(ValueError(f"cannot read the metrics log {path}: {e}"))
+            return None
+        params = {"replace": "true"} if replace else {}
+        for attempt in range(self._client.max_retries + 1):
+            if attempt and self._abort.wait(self._delay(attempt - 1)):
+                return None
+            try:
+                self._ensure_created()
+                if self._disabled:
+                    return None
+                r = self._client._http.post(
+                    f"/api/runs/{self._ref}/logged-metrics",
+                    params=params,
+                    files={"file": (Path(path).name, body)},
+                )
+            except (_Retry, httpx.TransportError) as e:
+                self._note_retry(-1, e)
+                continue
+            if r.status_code >= 500 or r.status_code == 429:
+                continue
+            if r.status_code >= 400:
+                self._refused(r, f"the metrics log {Path(path).name}")
+                if self._client.strict:
+                    raise ValueError(
+                        f"the server refused the metrics log {path}: HTTP {r.status_code} {r.text[:300]}"
+                    )
+                return None
+            answer: dict[str, Any] = r.json()
+            return answer
+        self._warn_once("gave_up_metrics", f"creditlens: gave up sending the metrics log {path}.")
+        return None
+
     def _post(
         self,
         step: int,
@@ -615,6 +668,8 @@ class Run:
             # The protocol version goes in the header only: servers from before the versioning
             # refuse unknown body fields.
             new: dict[str, Any] = {"name": self.name, "config": self.config}
+            if self.config_text is not None:
+                new["config_text"] = self.config_text
             if self.keep is not None:
                 new["keep"] = self.keep
             r = http.post("/api/runs", json=new, **kw)

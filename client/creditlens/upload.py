@@ -15,9 +15,9 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
-__all__ = ["API_UPLOADS", "add_arguments", "main", "run_upload"]
+__all__ = ["API_UPLOADS", "add_arguments", "config_file_text", "main", "run_upload"]
 
 API_UPLOADS = "/api/uploads"  # the server's POST route for whole files (app/core/urls.py names it too)
 
@@ -53,6 +53,31 @@ def _chunks(path: Path, bar: Any, size: int = 1 << 20) -> Iterator[bytes]:
             yield chunk
 
 
+def config_file_text(path: str | os.PathLike[str]) -> str:
+    """The text of a trainer's configuration file; for a folder, the Hydra run configuration in it
+    (``.hydra/config.yaml``, as verl's ``outputs/<date>/<time>/`` holds it). ValueError when there
+    is none."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / ".hydra" / "config.yaml" if (p / ".hydra" / "config.yaml").is_file() else p / "config.yaml"
+    if not p.is_file():
+        raise ValueError(f"creditlens: no configuration file at {path} (nor .hydra/config.yaml in it)")
+    return p.read_text(encoding="utf-8")
+
+
+class _Counted:
+    """A file whose reads move the progress bar (a multipart part is read in chunks as it is sent)."""
+
+    def __init__(self, f: Any, bar: Any) -> None:
+        self._f = f
+        self._bar = bar
+
+    def read(self, size: int = -1) -> bytes:
+        data: bytes = self._f.read(size)
+        self._bar.update(len(data))
+        return data
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``upload`` subcommand's options."""
     p.add_argument("file")
@@ -74,6 +99,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MAPPING",
         help='when no format fits: {native field: record key} as JSON (\'{"messages": "traj", "reward": "reward"}\') '
         "or repeated field=key pairs (--map messages=traj --map group=task_id)",
+    )
+    p.add_argument(
+        "--trainer",
+        help="the trainer that computed the file's advantages: verl, trl, openrlhf, skyrl, areal, nemo_rl, "
+        "prime_rl or slime (its episodes then open on that trainer's estimator beside yours)",
+    )
+    p.add_argument(
+        "--config",
+        help="the trainer's configuration file (verl's .hydra/config.yaml, or the Hydra output folder "
+        "holding it; OpenRLHF's arguments; JSON): the estimator, gamma and lambda it names",
     )
     p.add_argument("--json", action="store_true", help="also print the server's JSON answer")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -108,11 +143,30 @@ def run_upload(args: argparse.Namespace) -> int:
         params["visibility"] = args.visibility
     if getattr(args, "map", None):
         params["mapping"] = mapping_arg(args.map)
+    if getattr(args, "trainer", None):
+        params["trainer"] = args.trainer
+    config = None
+    if getattr(args, "config", None):
+        try:
+            config = config_file_text(args.config)
+        except (ValueError, OSError) as e:
+            print(f"creditlens upload: {e}", file=sys.stderr)
+            return 2
     base = args.server.rstrip("/")
     url = base + API_UPLOADS
     with _progress_bar(total, path.name, args.quiet) as bar:
         try:
-            r = httpx.post(url, content=_chunks(path, bar), headers=headers, params=params, timeout=600)
+            if config is None:
+                r = httpx.post(url, content=_chunks(path, bar), headers=headers, params=params, timeout=600)
+            else:  # the file and its trainer's configuration, as two parts of one form
+                del headers["Content-Type"], headers["Content-Length"]
+                with path.open("rb") as f:
+                    part = cast("IO[bytes]", _Counted(f, bar))
+                    files: dict[str, tuple[str, IO[bytes] | bytes]] = {
+                        "file": (path.name, part),
+                        "config": ("config", config.encode()),
+                    }
+                    r = httpx.post(url, files=files, headers=headers, params=params, timeout=600)
         except httpx.HTTPError as e:
             print(f"creditlens upload: could not reach {url}: {e}", file=sys.stderr)
             return 1

@@ -69,27 +69,51 @@ class DumpKind:
     # rank (``pattern``, group 1 = the rank), complete once ``marker`` is there (None: no marker).
     step_dirs: re.Pattern[str] | None = None
     marker: str | None = None
+    trainer: str | None = None  # the trainer that writes these files (the server's trainer name)
 
 
 DUMP_KINDS: dict[str, DumpKind] = {
     k.format: k
     for k in (
-        DumpKind("verl_rollout", re.compile(r"(\d+)\.jsonl"), ("",), "jsonl", "verl rollout_data_dir"),
-        DumpKind("nemo_rl", re.compile(r"train_data_step(\d+)\.jsonl"), ("",), "jsonl", "NeMo-RL train_data"),
+        DumpKind(
+            "verl_rollout",
+            re.compile(r"(\d+)\.jsonl"),
+            ("",),
+            "jsonl",
+            "verl rollout_data_dir",
+            trainer="verl",
+        ),
+        DumpKind(
+            "nemo_rl",
+            re.compile(r"train_data_step(\d+)\.jsonl"),
+            ("",),
+            "jsonl",
+            "NeMo-RL train_data",
+            trainer="nemo_rl",
+        ),
         DumpKind(
             "trl_completions",
             re.compile(r"completions_(\d+)\.parquet"),
             ("", "completions"),
             "parquet",
             "TRL completions",
+            trainer="trl",
         ),
-        DumpKind("slime_pt", re.compile(r"(\d+)\.pt"), ("", "rollout_data"), "zip", "slime rollout dump"),
+        DumpKind(
+            "slime_pt",
+            re.compile(r"(\d+)\.pt"),
+            ("", "rollout_data"),
+            "zip",
+            "slime rollout dump",
+            trainer="slime",
+        ),
         DumpKind(
             "skyrl_dump",
             re.compile(r"global_step_(\d+)_training_input\.pkl"),
             ("", "dumped_data"),
             "pickle",
             "SkyRL dumped_data",
+            trainer="skyrl",
         ),
         DumpKind(
             "prime_rl_tokens",
@@ -99,6 +123,7 @@ DUMP_KINDS: dict[str, DumpKind] = {
             "prime-rl token_exports",
             step_dirs=re.compile(r"step_(\d+)"),
             marker="STABLE",
+            trainer="prime_rl",
         ),
     )
 }
@@ -412,6 +437,8 @@ class Watcher:
 
     def send(self, f: StepFile, data: bytes) -> bool:
         """Post one step; True when it is settled (sent, already there, or refused)."""
+        if self.run.trainer is None:  # the dump's own trainer, unless --trainer said otherwise
+            self.run.trainer = f.kind.trainer
         r = self.run.send(f.step, data, f.kind.format, name=f"{self.run.name} · step {f.step}")
         if r is None:
             if not self.server_down:
@@ -489,6 +516,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=["auto", *DUMP_KINDS],
         help="the dump kind (default: from the file names)",
     )
+    p.add_argument(
+        "--trainer",
+        help="the trainer whose advantages the dumps carry (default: the one that writes this dump kind)",
+    )
+    p.add_argument(
+        "--config",
+        help="the trainer's configuration file, sent with the new run: verl's .hydra/config.yaml (or the "
+        "Hydra output folder holding it), OpenRLHF's arguments, JSON",
+    )
     p.add_argument("--once", action="store_true", help="upload the complete step files there now, then exit")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between looks (default 5)")
     p.add_argument("--state", help="state file (default: .<DIR>.creditlens-watch-<run>.json next to DIR)")
@@ -516,7 +552,11 @@ def run_watch(args: argparse.Namespace) -> int:
     logging.getLogger("creditlens").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message="creditlens: ", category=RuntimeWarning)
     client = Client(args.server, token, max_backoff=args.max_backoff, create_timeout=2.0)
-    run = client.run(args.run, resume=True)
+    try:
+        run = client.run(args.run, resume=True, trainer=args.trainer, config=args.config)
+    except ValueError as e:
+        print(f"creditlens watch: {e}", file=sys.stderr)
+        return 2
     try:
         w = Watcher(folder, run, state_path, fmt=args.format)
     except ValueError as e:

@@ -269,3 +269,32 @@ def test_compute_offline_leaves_an_episode_without_reward_out_of_the_baselines(t
     firsts = [row["schemes"][0]["advantages"][1] for row in rows]
     assert [row["rewarded"] for row in rows] == [True, True, True, False]
     assert [round(a, 5) for a in firsts[:3]] == [0.57735, -1.1547, 0.57735] and firsts[3] is None
+
+
+def test_upload_names_its_trainer_and_sends_its_hydra_config(server, tmp_path):
+    """``--config`` takes verl's Hydra output folder (the run's ``.hydra/config.yaml``: here verl
+    0.9.1's composed configuration from the installed wheel, with GRPO chosen) and sends it with
+    the file; ``--trainer`` alone names the trainer, whose default estimator then applies."""
+    import verl
+
+    url, _ = server
+    composed = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    hydra = tmp_path / "outputs" / "2026-12-05" / "10-00-00" / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "config.yaml").write_text(
+        composed.read_text().replace("adv_estimator: gae", "adv_estimator: grpo")
+    )
+
+    def first_rows(body):
+        page = httpx.get(f"{url}/e/{body['episodes'][0]['slug']}?format=json").json()
+        return page["view"]["schemes"][:2]
+
+    r = run("upload", str(FORMATS / "native.jsonl"), "--server", url, "--config", str(hydra.parent), "--json")
+    assert r.returncode == 0, r.stderr
+    # No advantages in the file: the trainer's estimator the config names, then its reference.
+    assert first_rows(json.loads(r.stdout.strip().splitlines()[-1])) == ["verl:grpo", "grpo"]
+    r = run("upload", str(FORMATS / "native.jsonl"), "--server", url, "--trainer", "openrlhf", "--json")
+    assert r.returncode == 0, r.stderr
+    assert first_rows(json.loads(r.stdout.strip().splitlines()[-1])) == ["openrlhf:gae", "token_gae"]
+    r = run("upload", str(FORMATS / "native.jsonl"), "--server", url, "--config", str(tmp_path / "none"))
+    assert r.returncode == 2 and "no configuration file" in r.stderr

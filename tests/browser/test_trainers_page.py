@@ -60,3 +60,32 @@ def test_the_upload_form_names_the_trainer(page, tmp_path):
     state = page.evaluate("JSON.parse(document.getElementById('initial-state').textContent)")
     assert state["view"]["schemes"] == ["uploaded", "trl:grpo", "grpo", "audit_diff"]
     assert page.probe.errors == []
+
+
+def test_the_upload_form_sends_the_trainers_config_file(page, tmp_path):
+    """A verl user picks the run's ``.hydra/config.yaml`` (verl 0.9.1's composed configuration,
+    from the installed wheel, with RLOO chosen) and no trainer: the file says verl and RLOO."""
+    import json
+    from pathlib import Path
+
+    import verl
+
+    composed = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    config = tmp_path / "config.yaml"
+    config.write_text(composed.read_text().replace("adv_estimator: gae", "adv_estimator: rloo"))
+    eps = [
+        {"tokens": ["Q", "a", "b"], "kinds": ["prompt", "policy", "policy"], "reward": r, "group": "g"}
+        for r in (1.0, 0.0)
+    ]
+    f = tmp_path / "step.jsonl"
+    f.write_text("\n".join(json.dumps(e) for e in eps))
+    page.goto("/")
+    page.set_input_files("#file", str(f))
+    page.set_input_files("#up-config", str(config))
+    page.click("#upload-btn")
+    page.wait_for_selector(".file-item.good a.episode-link")
+    page.click(".file-item.good a.episode-link >> nth=0")
+    page.wait_for_function("() => performance.getEntriesByName('page:open').length > 0")
+    state = page.evaluate("JSON.parse(document.getElementById('initial-state').textContent)")
+    assert state["view"]["schemes"] == ["verl:rloo", "rloo"]
+    assert page.probe.errors == []

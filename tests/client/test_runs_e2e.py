@@ -115,3 +115,27 @@ def test_a_named_trainer_and_its_config_reach_the_episode_page(server):
     slug = httpx.get(f"{server}/api/batches/{batch_id}").json()["episodes"][0]["slug"]
     view = httpx.get(f"{server}/e/{slug}?format=json").json()["view"]
     assert view["schemes"] == ["uploaded", "verl:grpo", "grpo", "audit_diff"]
+
+
+def test_a_run_sends_the_hydra_config_of_its_output_folder(server, tmp_path):
+    """``client.run(name, config=<Hydra output folder>)`` sends the run's ``.hydra/config.yaml``
+    (verl 0.9.1's composed configuration from the installed wheel, RLOO chosen) for the server to
+    read: the run is verl's, its estimator RLOO."""
+    from pathlib import Path
+
+    import verl
+
+    composed = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    hydra = tmp_path / "outputs" / "10-00-00" / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "config.yaml").write_text(
+        composed.read_text().replace("adv_estimator: gae", "adv_estimator: rloo")
+    )
+    with Client(server, strict=True) as c:
+        run = c.run("hydra-run", config=hydra.parent)
+        run.log(step=0, episodes=[{"tokens": ["Q", "a"], "kinds": ["prompt", "policy"], "reward": 1.0}])
+        assert run.flush(timeout=60)
+    got = httpx.get(f"{server}/api/runs/{run.id}").json()
+    assert got["config"]["trainer"] == "verl" and got["config"]["algorithm"]["adv_estimator"] == "rloo"
+    with pytest.raises(ValueError, match="no configuration file"):
+        Client(server).run("nothing", config=tmp_path / "missing")

@@ -82,3 +82,23 @@ def test_skyrl_dumped_data_and_a_cut_pickle(server, tmp_path):
         w.stop()
     run = run_of(server.base, "skyrl-watch")
     assert [(s["step"], s["n_episodes"]) for s in run["steps"]] == [(1, 3), (2, 3)]
+
+
+def test_the_run_is_the_dump_kinds_trainer_and_carries_its_config(server, tmp_path):
+    """A step sent by ``watch`` names the trainer that writes the dump (prime-rl here), so its
+    episodes open on prime-rl's estimator; ``--config`` sends the trainer's file with the new run."""
+    import httpx
+
+    out = tmp_path / "outputs"
+    write_step(out, 0)
+    config = tmp_path / "rl.toml"
+    config.write_text("[orchestrator]\nseed = 7\n")
+    w = Watch(out, server.base, "prime-config", "--once", "--config", str(config))
+    assert w.proc.wait(timeout=DEADLINE_S) == 0, "\n".join(w.lines)
+    w.stop()
+    run = run_of(server.base, "prime-config")
+    assert run["config"] == {"orchestrator": {"seed": 7}}
+    batch = httpx.get(f"{server.base}/api/batches/{run['steps'][0]['batch_id']}").json()
+    slug = batch["episodes"][0]["slug"]
+    rows = httpx.get(f"{server.base}/e/{slug}?format=json").json()["view"]["schemes"]
+    assert rows[:2] == ["uploaded", "prime_rl:grpo"]

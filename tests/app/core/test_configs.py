@@ -138,3 +138,13 @@ def test_any_plain_json_object_reads_back_unchanged(d):
     import json
 
     assert parse_config(json.dumps(d)) == {k: v for k, v in d.items()}
+
+
+def test_prime_rls_toml_config():
+    # prime-rl's configs are TOML files of nested tables; these keys are illustrative, the shape is TOML's.
+    text = '[model]\nname = "Qwen/Qwen3-0.6B"\n\n[orchestrator.advantage]\ntype = "grpo"\n\n[trainer.loss]\nratio_type = "token"\n'
+    config = parse_config(text)
+    assert config["orchestrator"]["advantage"]["type"] == "grpo"
+    assert config["model"]["name"] == "Qwen/Qwen3-0.6B"
+    # A YAML value holding an `=` stays YAML.
+    assert parse_config("cmd: a=b\n") == {"cmd": "a=b"}
