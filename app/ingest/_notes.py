@@ -100,11 +100,24 @@ TRAINER_PREFIXES = (
 )
 
 
-def _trainer_of(metrics: list[str]) -> str:
+def trainer_named(metrics: list[str]) -> str | None:
+    """The trainer whose logger names metrics as ``metrics`` are named, when the names say."""
     for prefixes, name in TRAINER_PREFIXES:
         if any(m.startswith(prefixes) for m in metrics):
-            return f" (metric names as {name} logs them)"
-    return ""
+            return name
+    return None
+
+
+def _trainer_of(metrics: list[str]) -> str:
+    name = trainer_named(metrics)
+    return f" (metric names as {name} logs them)" if name else ""
+
+
+# Where a metrics log goes instead (app/ingest/_metrics_logs.py reads it there).
+ATTACH_HINT = (
+    "upload it to a run with `POST /api/runs/{id}/logged-metrics` or `creditlens log-metrics RUN "
+    "FILE`: the run page draws it beside the metrics creditlens computes"
+)
 
 
 def describe(first: Any, n_lines: int | None = None) -> str | None:
@@ -116,10 +129,9 @@ def describe(first: Any, n_lines: int | None = None) -> str | None:
         trainer = _trainer_of(metrics)
         return (
             f"this looks like a training metrics log{trainer}: {lines}`step` and numeric metrics "
-            f"({_keys(metrics)}), not episodes. creditlens reads episodes (token by token, with "
-            "rewards); upload the trainer's rollout or trajectory dump instead, or log each step "
-            "of the run with its episodes (POST /api/runs/{ref}/steps/{step}), which computes the "
-            "step's metrics from them."
+            f"({_keys(metrics)}), not episodes: {ATTACH_HINT}. For credit per token, upload the "
+            "trainer's rollout or trajectory dump, or log each step with its episodes "
+            "(`POST /api/runs/{id}/steps/{step}`)."
         )
     if isinstance(first, dict):
         low = {k.lower(): k for k in first}

@@ -159,6 +159,7 @@ def import_models() -> None:
     from app.storage import (  # noqa: F401
         audit_models,
         lab_models,  # noqa: F401
+        logged_metrics_models,
         models,
         prompt_models,
     )

@@ -24,6 +24,7 @@ TABLES = {
     "run_prompt",
     "prompt_step",
     "episode_search",
+    "run_logged_metrics",
 }
 
 
