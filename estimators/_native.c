@@ -25,7 +25,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 enum { V_F32 = 0, V_F64 = 1 };
 #ifndef PF
@@ -208,6 +210,301 @@ static PyObject *native_turn_gae(PyObject *self, PyObject *args) {
     return run(1, r, v, m, ids, lv, adv, tgt, B, T, gamma, lam, vk, mk, threads);
 }
 
+/* ---- GAE / discounted returns over the response span, whitened (SkyRL 0.3.0's semantics) ----
+ *
+ * SkyRL's recursion ignores every mask inside the response: each token of a row's response span
+ * (its first to last policy token) takes one step, tool tokens included, reading the value and
+ * reward there; after the span V = 0 and nothing is bootstrapped:
+ *
+ *   delta = (r[t] - V[t]) + gamma * V_next;  A = delta + gamma * lam * A;  V_next = V[t]
+ *
+ * (REINFORCE++: V = 0 and lam = 1, so A is the discounted return.) The advantages are then
+ * whitened over the span (masked_whiten with the span as mask, unbiased). Phase 1 walks each row
+ * once, writing A (rounded to the storage type) and A + V on policy tokens, 0 elsewhere, and
+ * summing the rounded A and its square over the span in double; it records the row's runs of
+ * policy tokens. Phase 2 whitens those runs alone: (A - mean) * rsqrt(var + 1e-8) in the storage
+ * type, var = (sum A^2 / N - mean^2) * N/(N-1) with N/(N-1) in float32 as the trainers' integer
+ * mask gives it. Rows are walked two at a time in lockstep: two independent recursions hide the
+ * latency of one (the step is a dependent multiply and add).
+ *
+ * Rewards are float32 (SkyRL's reward tensor); values and outputs float32 or float64 alike;
+ * values NULL for returns. The mask as for gae above.
+ */
+
+typedef struct {
+    int64_t off, len; /* one run of policy tokens: element offset in [B, T], length */
+} run_t;
+
+typedef struct {
+    const float *r;
+    const void *v, *m;
+    void *adv, *tgt;
+    int64_t T, row0, row1;
+    double g, c;
+    int vk, mk;
+    /* phase 1 out */
+    double sum, sumsq;
+    int64_t n;
+    run_t *runs;
+    int64_t nruns, cap;
+    int oom;
+    /* phase 2 in */
+    double mean, rs;
+} span_job_t;
+
+static int push_run(span_job_t *j, int64_t off, int64_t len) {
+    if (j->nruns == j->cap) {
+        int64_t cap = j->cap ? 2 * j->cap : 1024;
+        run_t *p = (run_t *)realloc(j->runs, (size_t)cap * sizeof(run_t));
+        if (!p) {
+            j->oom = 1;
+            return 0;
+        }
+        j->runs = p;
+        j->cap = cap;
+    }
+    j->runs[j->nruns++] = (run_t){off, len};
+    return 1;
+}
+
+/* Row i's state: pointers, span [lo, hi], recursion, sums, the policy run being walked. */
+#define SPAN_STATE(VT, MT, i)                                                       \
+    const float *r##i = NULL;                                                        \
+    const VT *v##i = NULL;                                                           \
+    const MT *m##i = NULL;                                                           \
+    VT *adv##i = NULL, *tgt##i = NULL;                                               \
+    int64_t lo##i = 0, hi##i = -1, end##i = -1, base##i = 0;                         \
+    double A##i = 0.0, vn##i = 0.0, s##i = 0.0, q##i = 0.0;
+
+/* Point row i at row b; zero the outputs outside its span; hi < lo for a row without policy. */
+#define SPAN_OPEN(VT, MT, i, b)                                                      \
+    {                                                                                \
+        base##i = (b) * T;                                                           \
+        r##i = j->r + base##i;                                                       \
+        v##i = HASV ? (const VT *)j->v + base##i : NULL;                             \
+        m##i = (const MT *)j->m + base##i;                                           \
+        adv##i = (VT *)j->adv + base##i;                                             \
+        tgt##i = (VT *)j->tgt + base##i;                                             \
+        hi##i = T - 1;                                                               \
+        while (hi##i >= 0 && m##i[hi##i] == 0) --hi##i;                              \
+        lo##i = 0;                                                                   \
+        while (lo##i <= hi##i && m##i[lo##i] == 0) ++lo##i;                          \
+        for (int64_t u = hi##i + 1; u < T; ++u) adv##i[u] = tgt##i[u] = 0;           \
+        for (int64_t u = 0; u < lo##i && u <= hi##i; ++u) adv##i[u] = tgt##i[u] = 0; \
+        A##i = vn##i = s##i = q##i = 0.0;                                            \
+        end##i = -1;                                                                 \
+        j->n += hi##i >= lo##i ? hi##i - lo##i + 1 : 0;                              \
+    }
+
+/* One step of row i at column t. */
+#define SPAN_STEP(VT, i, t)                                                          \
+    {                                                                                \
+        const double vt = HASV ? (double)v##i[t] : 0.0;                              \
+        const double d = ((double)r##i[t] - vt) + g * vn##i;                         \
+        A##i = CZ ? d : d + c * A##i;                                          \
+        const VT a = (VT)A##i;                                                       \
+        s##i += (double)a;                                                           \
+        q##i += (double)a * (double)a;                                               \
+        if (m##i[t] != 0) {                                                          \
+            adv##i[t] = a;                                                           \
+            tgt##i[t] = (VT)(A##i + vt);                                             \
+            if (end##i < 0) end##i = (t);                                            \
+        } else {                                                                     \
+            adv##i[t] = 0;                                                           \
+            tgt##i[t] = 0;                                                           \
+            if (end##i >= 0) {                                                       \
+                push_run(j, base##i + (t) + 1, end##i - (t));                        \
+                end##i = -1;                                                         \
+            }                                                                        \
+        }                                                                            \
+        vn##i = vt;                                                                  \
+    }
+
+#define SPAN_PREFETCH(i, t)
+#define SPAN_PREFETCH_OFF(i, t)                                                        \
+    if (((t) & 7) == 0 && (t) >= PF) {                                               \
+        __builtin_prefetch(&m##i[(t) - PF], 0, 0);                                   \
+        __builtin_prefetch(&r##i[(t) - PF], 0, 0);                                   \
+        if (HASV) __builtin_prefetch(&v##i[(t) - PF], 0, 0);                         \
+        __builtin_prefetch(&adv##i[(t) - PF], 1, 0);                                 \
+        __builtin_prefetch(&tgt##i[(t) - PF], 1, 0);                                 \
+    }
+
+/* Close row i: its last run (the span starts on a policy token) and its sums. */
+#define SPAN_CLOSE(i)                                                                \
+    {                                                                                \
+        if (end##i >= 0) push_run(j, base##i + lo##i, end##i - lo##i + 1);           \
+        j->sum += s##i;                                                              \
+        j->sumsq += q##i;                                                            \
+    }
+
+#define SPAN_ROWS(VT, MT)                                                            \
+    for (int64_t b = j->row0; b < j->row1; b += 2) {                                 \
+        SPAN_STATE(VT, MT, 0)                                                        \
+        SPAN_STATE(VT, MT, 1)                                                        \
+        SPAN_OPEN(VT, MT, 0, b)                                                      \
+        const int two = b + 1 < j->row1;                                             \
+        if (two) SPAN_OPEN(VT, MT, 1, b + 1)                                         \
+        const int64_t L0 = hi0 - lo0 + 1, L1 = two ? hi1 - lo1 + 1 : 0;              \
+        const int64_t both = L0 < L1 ? L0 : L1;                                      \
+        int64_t k = 0;                                                               \
+        for (; k < both; ++k) {                                                      \
+            const int64_t t0 = hi0 - k, t1 = hi1 - k;                                \
+            SPAN_PREFETCH(0, t0)                                                     \
+            SPAN_PREFETCH(1, t1)                                                     \
+            SPAN_STEP(VT, 0, t0)                                                     \
+            SPAN_STEP(VT, 1, t1)                                                     \
+        }                                                                            \
+        for (int64_t k0 = k; k0 < L0; ++k0) {                                        \
+            const int64_t t0 = hi0 - k0;                                             \
+            SPAN_PREFETCH(0, t0)                                                     \
+            SPAN_STEP(VT, 0, t0)                                                     \
+        }                                                                            \
+        for (int64_t k1 = k; k1 < L1; ++k1) {                                        \
+            const int64_t t1 = hi1 - k1;                                             \
+            SPAN_PREFETCH(1, t1)                                                     \
+            SPAN_STEP(VT, 1, t1)                                                     \
+        }                                                                            \
+        SPAN_CLOSE(0)                                                                \
+        if (two) SPAN_CLOSE(1)                                                       \
+    }
+
+#define SPAN_BY_MASK(VT)                                                             \
+    switch (j->mk) {                                                                 \
+    case M_I64: SPAN_ROWS(VT, int64_t) break;                                        \
+    case M_I32: SPAN_ROWS(VT, int32_t) break;                                        \
+    case M_U8: SPAN_ROWS(VT, uint8_t) break;                                         \
+    case M_F32: SPAN_ROWS(VT, float) break;                                          \
+    default: SPAN_ROWS(VT, double) break;                                            \
+    }
+
+#define SPAN_PHASE1(HASV_)                                                           \
+    {                                                                                \
+        enum { HASV = HASV_ };                                                       \
+        if (j->vk == V_F32) {                                                        \
+            SPAN_BY_MASK(float)                                                      \
+        } else {                                                                     \
+            SPAN_BY_MASK(double)                                                     \
+        }                                                                            \
+    }
+
+static void *span_phase1(void *arg) {
+    span_job_t *j = (span_job_t *)arg;
+    const int64_t T = j->T;
+    const double g = j->g, c = j->c;
+    /* c = 0 (lambda or gamma 0): A = delta, without the 0 * inf of an infinite A */
+    if (c == 0.0) {
+        enum { CZ = 1 };
+        if (j->v) {
+            SPAN_PHASE1(1)
+        } else {
+            SPAN_PHASE1(0)
+        }
+    } else {
+        enum { CZ = 0 };
+        if (j->v) {
+            SPAN_PHASE1(1)
+        } else {
+            SPAN_PHASE1(0)
+        }
+    }
+    return NULL;
+}
+
+#define SPAN_WHITEN(VT)                                                              \
+    {                                                                                \
+        VT *adv = (VT *)j->adv;                                                      \
+        const VT mean = (VT)j->mean, rs = (VT)j->rs;                                 \
+        for (int64_t k = 0; k < j->nruns; ++k) {                                     \
+            VT *p = adv + j->runs[k].off;                                            \
+            const int64_t len = j->runs[k].len;                                      \
+            for (int64_t u = 0; u < len; ++u) p[u] = (p[u] - mean) * rs;             \
+        }                                                                            \
+    }
+
+static void *span_phase2(void *arg) {
+    span_job_t *j = (span_job_t *)arg;
+    if (j->vk == V_F32)
+        SPAN_WHITEN(float)
+    else
+        SPAN_WHITEN(double)
+    return NULL;
+}
+
+/* Run fn over the jobs on `threads` threads (the calling one included). */
+static void run_jobs(void *(*fn)(void *), span_job_t *jobs, int threads) {
+    pthread_t tids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int i = 1; i < threads; ++i) started[i] = pthread_create(&tids[i], NULL, fn, &jobs[i]) == 0;
+    fn(&jobs[0]);
+    for (int i = 1; i < threads; ++i) {
+        if (started[i])
+            pthread_join(tids[i], NULL);
+        else
+            fn(&jobs[i]);
+    }
+}
+
+static PyObject *native_span_gae(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long r, v, m, adv, tgt;
+    long long B, T;
+    double gamma, lam;
+    int vk, mk, threads;
+    if (!PyArg_ParseTuple(args, "KKKKKLLddiii", &r, &v, &m, &adv, &tgt, &B, &T, &gamma, &lam, &vk,
+                          &mk, &threads))
+        return NULL;
+    if (B < 0 || T < 0 || vk < V_F32 || vk > V_F64 || mk < M_I64 || mk > M_F64) {
+        PyErr_SetString(PyExc_ValueError, "bad shape or dtype code");
+        return NULL;
+    }
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if ((long long)threads > B) threads = B > 0 ? (int)B : 1;
+    span_job_t jobs[MAX_THREADS];
+    double sum = 0.0, sumsq = 0.0;
+    int64_t n = 0;
+    int oom = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < threads; ++i) {
+        /* Rows in pairs: a thread's share starts on an even row. */
+        int64_t a = (B * i / threads) & ~(int64_t)1, e = (B * (i + 1) / threads) & ~(int64_t)1;
+        if (i == threads - 1) e = B;
+        jobs[i] = (span_job_t){.r = (const float *)(uintptr_t)r, .v = (const void *)(uintptr_t)v,
+                               .m = (const void *)(uintptr_t)m, .adv = (void *)(uintptr_t)adv,
+                               .tgt = (void *)(uintptr_t)tgt, .T = T, .row0 = a, .row1 = e,
+                               .g = gamma, .c = gamma * lam, .vk = vk, .mk = mk};
+    }
+    run_jobs(span_phase1, jobs, threads);
+    for (int i = 0; i < threads; ++i) { /* in job order: the same sums for the same threads */
+        sum += jobs[i].sum;
+        sumsq += jobs[i].sumsq;
+        n += jobs[i].n;
+        oom |= jobs[i].oom;
+    }
+    if (!oom && n >= 2) {
+        const double mean = sum / (double)n;
+        const float bessel = (float)n / (float)(n - 1); /* int64 / int64 in torch: float32 */
+        const double var = (sumsq / (double)n - mean * mean) * (double)bessel;
+        double rs;
+        if (vk == V_F32) {
+            const float vf = (float)var + 1e-8f;
+            rs = (double)(1.0f / sqrtf(vf));
+        } else {
+            rs = 1.0 / sqrt(var + 1e-8);
+        }
+        for (int i = 0; i < threads; ++i) {
+            jobs[i].mean = mean;
+            jobs[i].rs = rs;
+        }
+        run_jobs(span_phase2, jobs, threads);
+    }
+    for (int i = 0; i < threads; ++i) free(jobs[i].runs);
+    Py_END_ALLOW_THREADS
+    if (oom) return PyErr_NoMemory();
+    return Py_BuildValue("L", (long long)n);
+}
+
 static PyMethodDef methods[] = {
     {"gae", native_gae, METH_VARARGS,
      "gae(r, v, m, lv, adv, tgt, B, T, gamma, lam, vkind, mkind, threads): masked token-level "
@@ -215,6 +512,9 @@ static PyMethodDef methods[] = {
     {"turn_gae", native_turn_gae, METH_VARARGS,
      "turn_gae(r, v, m, ids, lv, adv, tgt, B, T, gamma, lam, vkind, mkind, threads): turn-level "
      "GAE in one pass (ids = 0 for maximal runs of policy tokens)."},
+    {"span_gae", native_span_gae, METH_VARARGS,
+     "span_gae(r, v, m, adv, tgt, B, T, gamma, lam, vkind, mkind, threads) -> N: GAE (returns when "
+     "v = 0) over each row's response span, whitened over the spans, on policy tokens (SkyRL)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -148,3 +148,38 @@ def turn_gae(
             *map(_addr, (r, v, m, ids, lv, adv, tgt)), B, T, float(gamma), float(lam), vk, mk, threads
         )
     return adv, tgt
+
+
+def span_gae(
+    rewards: Tensor, values: Tensor | None, mask: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor] | None:
+    """SkyRL's GAE (``values`` given) or discounted returns (``values`` None: V = 0, use
+    ``lam = 1``) over each row's response span, its first to last policy token, tool tokens
+    stepped through; the advantages whitened over the spans (unbiased, ``masked_whiten``) in one
+    pass plus a pass over the policy tokens. Returns (whitened advantages, A + V), both 0 off the
+    policy mask, in ``values``' dtype (float32 without values); None when the kernel does not
+    apply (the caller falls back). ``rewards`` must be float32 (SkyRL's reward tensor); fewer than
+    two span positions in the batch give advantages of 0, as ``whiten_unbiased`` does."""
+    if not enabled() or _native is None or rewards.dtype != torch.float32:
+        return None
+    dtype = torch.float32 if values is None else values.dtype
+    vk, mk = _V_KINDS.get(dtype), _M_KINDS.get(mask.dtype)
+    if vk is None or mk is None:
+        return None
+    if any(x is not None and x.device.type != "cpu" for x in (rewards, values, mask)):
+        return None
+    m = mask.contiguous()
+    if m.dtype == torch.bool:
+        m = m.view(torch.uint8)
+    r = rewards.contiguous()
+    v = None if values is None else values.contiguous()
+    B, T = r.shape
+    adv, tgt = torch.empty(B, T, dtype=dtype), torch.empty(B, T, dtype=dtype)
+    if B * T:
+        threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
+        n = _native.span_gae(
+            *map(_addr, (r, v, m, adv, tgt)), B, T, float(gamma), float(lam), vk, mk, threads
+        )
+        if n < 2:
+            adv.zero_()
+    return adv, tgt

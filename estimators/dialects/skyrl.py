@@ -28,7 +28,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import native
 from .. import token as tok
+from .._scan import as_bool_mask as policy_mask
 from ..groups import group_stats
 from ..registry import EstimatorInput, EstimatorOutput
 from ._common import (
@@ -36,16 +38,55 @@ from ._common import (
     broadcast,
     contiguous_size,
     float_dtype,
-    policy,
     response_span,
-    returns_over,
-    whiten_unbiased,
 )
 
 VERSION = "0.3.0"
 TRAINER = "skyrl"
 _reg = Dialects(TRAINER, VERSION)
 EPS = 1e-6
+
+
+def _span_credit(
+    r: Tensor, values: Tensor | None, mask: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """(whitened advantages, A + V) of SkyRL's recursion over each row's response span (one step
+    per token, tool tokens included; ``values`` None: V = 0, the discounted returns), both 0 off
+    the policy mask, in ``values``' dtype (float32 without). The compiled kernel makes one pass
+    and whitens the policy tokens in a second (``estimators.native.span_gae``). Without it, the
+    same arithmetic in torch: the masked GAE scan in float64 with the span as its mask (after
+    the response V = 0, nothing bootstrapped), rounded to the storage dtype, then whitened with
+    float64 sums as the kernel does."""
+    fused = native.span_gae(r, values, mask, gamma, lam)
+    if fused is not None:
+        return fused
+    dtype = torch.float32 if values is None else values.dtype
+    m = policy_mask(mask)
+    span = response_span(m)
+    r64 = r.to(torch.float64)
+    v64 = torch.zeros_like(r64) if values is None else values.to(torch.float64)
+    raw64, tgt64 = tok.gae(r64, v64, span, gamma, lam)
+    raw, tgt = raw64.to(dtype), tgt64.to(dtype)
+    zero = torch.zeros((), dtype=dtype)
+    return _whiten_span(raw, span, m), torch.where(m, tgt, zero)
+
+
+def _whiten_span(raw: Tensor, span: Tensor, m: Tensor) -> Tensor:
+    """``masked_whiten(raw, span)`` (unbiased; ``raw`` is 0 off ``span``) on the policy tokens
+    ``m``, 0 elsewhere, as ``estimators/_native.c`` computes it: the sums of ``raw`` and its
+    square in float64, var = (sum x^2 / N - mean^2) * N/(N-1) with N/(N-1) in float32 (the
+    trainers' integer mask), ``(x - mean) * rsqrt(var + 1e-8)`` in ``raw``'s dtype. Fewer than two
+    span positions: 0 (SkyRL raises)."""
+    n = int(torch.count_nonzero(span).item())
+    if n < 2:
+        return torch.zeros_like(raw)
+    flat = raw.reshape(-1).to(torch.float64)
+    mean = flat.sum() / n
+    bessel = torch.tensor(float(n), dtype=torch.float32) / torch.tensor(float(n - 1), dtype=torch.float32)
+    var = (torch.dot(flat, flat) / n - mean * mean) * bessel.to(torch.float64)
+    mean_s = mean.to(raw.dtype)
+    rs = torch.rsqrt(var.to(raw.dtype) + 1e-8)
+    return torch.where(m, raw, mean_s).sub_(mean_s).mul_(rs)
 
 
 @_reg(
@@ -64,17 +105,11 @@ EPS = 1e-6
 def _skyrl_gae(inp: EstimatorInput) -> EstimatorOutput:
     if inp.values is None:
         raise ValueError("SkyRL's gae needs values (a critic)")
-    m = policy(inp)
-    span = response_span(m)
     dtype = float_dtype(inp)
     cdt = torch.promote_types(torch.float32, inp.values.dtype)
-    r = inp.rewards.to(torch.float32).to(cdt)  # SkyRL's float32 reward tensor
-    # One step per response token (the span as the scan's mask): tool tokens are stepped through
-    # and their values and rewards read; after the response V = 0.
-    adv, tgt = tok.gae(r, inp.values.to(cdt), span, float(inp.gamma), float(inp.lam))
-    zero = torch.zeros((), dtype=cdt)
-    out = whiten_unbiased(adv, span, out=m, zero_off=True)
-    return EstimatorOutput(advantages=out.to(dtype), value_targets=torch.where(m, tgt, zero).to(dtype))
+    r = inp.rewards.to(torch.float32)  # SkyRL's float32 reward tensor
+    adv, tgt = _span_credit(r, inp.values.to(cdt), inp.mask, float(inp.gamma), float(inp.lam))
+    return EstimatorOutput(advantages=adv.to(dtype), value_targets=tgt.to(dtype))
 
 
 @_reg(
@@ -89,13 +124,10 @@ def _skyrl_gae(inp: EstimatorInput) -> EstimatorOutput:
     departs=("gae_through_tool_spans",),
 )
 def _skyrl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
-    m = policy(inp)
-    span = response_span(m)
     dtype = float_dtype(inp)
-    ret = returns_over(inp.rewards.to(torch.float32), span, inp.gamma)  # no reset inside the response
-    zero = torch.zeros((), dtype=torch.float32)
-    adv = whiten_unbiased(ret, span, out=m, zero_off=True)
-    return EstimatorOutput(advantages=adv.to(dtype), value_targets=torch.where(m, ret, zero).to(dtype))
+    r = inp.rewards.to(torch.float32)
+    adv, ret = _span_credit(r, None, inp.mask, float(inp.gamma), 1.0)  # no reset inside the response
+    return EstimatorOutput(advantages=adv.to(dtype), value_targets=ret.to(dtype))
 
 
 def _scores(inp: EstimatorInput) -> Tensor:

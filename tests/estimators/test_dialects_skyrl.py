@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from estimators import EstimatorInput, available, compute
+from estimators import EstimatorInput, available, compute, native
 from estimators.dialects._common import response_span
+from tests.estimators.paths import GAE_PATHS, gae_path
 from tests.estimators.trainer_refs import (
     F64,
     agent_rows,
@@ -154,3 +155,118 @@ def test_rloo_group_of_one_gives_zero_where_verl_rloo_keeps_0_7():
         mask,
         1e-7,
     )
+
+
+# ---- the compiled span kernel (estimators/_native.c: span_gae) and its torch fallback ---------
+
+
+def _edge_rows(dtype: torch.dtype = F64, T: int = 40):
+    """agent_rows (tool spans, rewards on tool tokens, truncated rows 10 and 11) plus two rows
+    with no policy token at all (rewards and values still there: SkyRL's span is empty, nothing
+    of theirs counts) and a row whose only policy token is its first column."""
+    rewards, values, mask, groups = agent_rows(seed=5, T=T, dtype=dtype)
+    mask[4] = 0
+    mask[17] = 0
+    mask[6] = 0
+    mask[6, 0] = 1
+    return rewards, values, mask, groups
+
+
+@pytest.mark.parametrize("path", GAE_PATHS)
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_span_kernel_against_skyrl_with_empty_and_truncated_rows(path, dtype):
+    rewards, values, mask, groups = _edge_rows(dtype)
+    with gae_path(path):
+        for gamma, lam in ((0.99, 0.95), (1.0, 1.0), (0.9, 0.0)):
+            adv, ret = skyrl("gae", rewards, mask, groups, values, gamma, lam)
+            ours = compute("skyrl:gae", _inp(rewards, mask, groups, values, gamma, lam))
+            check = close if dtype == F64 else close_f32
+            check(ours.advantages, adv, mask)
+            check(ours.value_targets, ret, mask)
+            assert ours.advantages[mask == 0].abs().max().item() == 0.0
+            assert ours.value_targets[mask == 0].abs().max().item() == 0.0
+            assert ours.advantages.dtype == dtype
+        adv, ret = skyrl("reinforce++", rewards, mask, groups, gamma=0.95)
+        ours = compute("skyrl:reinforce++", _inp(rewards, mask, groups, gamma=0.95))
+        close_f32(ours.advantages, adv, mask)
+        close_f32(ours.value_targets, ret, mask)
+        assert ours.value_targets[mask == 0].abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("path", GAE_PATHS)
+def test_span_kernel_one_column_against_skyrl(path):
+    """T = 1: every span is one token (or empty); SkyRL whitens over the rows that have one."""
+    mask = torch.tensor([[1], [0], [1], [1]])
+    rewards = torch.tensor([[0.5], [2.0], [-1.0], [0.25]], dtype=F64)
+    values = torch.tensor([[0.1], [0.3], [0.2], [-0.4]], dtype=F64)
+    groups = torch.tensor([0, 0, 1, 1])
+    with gae_path(path):
+        adv, ret = skyrl("gae", rewards, mask, groups, values, 0.99, 0.95)
+        ours = compute("skyrl:gae", _inp(rewards, mask, groups, values, 0.99, 0.95))
+        close(ours.advantages, adv, mask)
+        # A = r - V on each row (nothing after it): 0.4, -1.2, 0.65; mean -0.05
+        close(ours.value_targets, torch.tensor([[0.5], [0.0], [-1.0], [0.25]], dtype=F64), None)
+        adv, ret = skyrl("reinforce++", rewards, mask, groups, gamma=0.99)
+        ours = compute("skyrl:reinforce++", _inp(rewards, mask, groups, gamma=0.99))
+        close_f32(ours.advantages, adv, mask)
+
+
+@pytest.mark.parametrize("path", GAE_PATHS)
+def test_span_kernel_one_span_position_gives_zero_advantages(path):
+    """One policy token in the whole batch: nothing to whiten against (SkyRL raises on a mask sum
+    of 1); the advantages are 0 and the value target is r - V + V = r (no next value), r as
+    SkyRL's float32 reward tensor holds it."""
+    mask = torch.tensor([[0, 1, 0], [0, 0, 0]])
+    rewards = torch.tensor([[0.0, 0.7, 0.0], [0.0, 0.0, 0.0]], dtype=F64)
+    values = torch.full((2, 3), 0.2, dtype=F64)
+    with gae_path(path):
+        out = compute(
+            "skyrl:gae", EstimatorInput(rewards=rewards, mask=mask, values=values, gamma=0.9, lam=0.9)
+        )
+    assert out.advantages.abs().max().item() == 0.0
+    assert out.value_targets[0, 1].item() == pytest.approx(
+        float(torch.tensor(0.7, dtype=torch.float32)), abs=1e-15
+    )
+
+
+MASK_DTYPES = [torch.bool, torch.int64, torch.int32, torch.uint8, torch.float32, torch.float64]
+
+
+@pytest.mark.parametrize("mask_dtype", MASK_DTYPES)
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_span_kernel_and_torch_path_agree(mask_dtype, dtype, threads):
+    """The kernel and the torch fallback (CREDITLENS_NATIVE=0) are the same arithmetic: the
+    recursion in double, sums in double, the whitening in the storage dtype. On a batch big enough
+    for the kernel to use threads (66 x 1100 >= 2^16 positions), every mask dtype, lambda = 0 (the c = 0 branch)."""
+    rewards, values, mask, _ = agent_rows(n_groups=11, n=6, T=1100, seed=7, dtype=dtype)
+    mask[5] = 0
+    mask = mask.to(mask_dtype)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for gamma, lam, vals in ((0.99, 0.95, values), (0.97, 0.0, values), (0.99, 1.0, None)):
+            r32 = rewards.to(torch.float32)
+            native_out = native.span_gae(r32, vals, mask, gamma, lam)
+            assert native_out is not None
+            with native.disabled():
+                assert native.span_gae(r32, vals, mask, gamma, lam) is None
+                name = "skyrl:reinforce++" if vals is None else "skyrl:gae"
+                ref = compute(
+                    name, EstimatorInput(rewards=rewards, mask=mask, values=vals, gamma=gamma, lam=lam)
+                )
+            out = compute(name, EstimatorInput(rewards=rewards, mask=mask, values=vals, gamma=gamma, lam=lam))
+            for a, b in ((out.advantages, ref.advantages), (out.value_targets, ref.value_targets)):
+                assert a.dtype == b.dtype == dtype
+                # float32: at most one rounding apart (the mean's float64 sum in another order)
+                ulp = 1e-13 if dtype == F64 and vals is not None else 2.4e-7
+                assert (a.double() - b.double()).abs().max().item() <= ulp * max(b.abs().max().item(), 1.0)
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_span_kernel_empty_shapes():
+    for B, T in ((0, 5), (3, 0), (0, 0)):
+        r = torch.zeros(B, T)
+        adv, tgt = native.span_gae(r, r, torch.ones(B, T), 0.9, 0.9)
+        assert adv.shape == tgt.shape == (B, T)
