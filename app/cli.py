@@ -6,6 +6,7 @@ creditlens migrate [--db PATH_OR_URL] [--revision head]
 creditlens upload FILE [--server URL] [--format auto] [--name NAME] [--token TOKEN] [--visibility V] [--map M]
 creditlens watch DIR --run NAME [--server URL] [--token TOKEN] [--format auto] [--once]
                  [--interval 5] [--state FILE]
+creditlens log-metrics RUN FILE [--server URL] [--token TOKEN] [--replace]
 creditlens compute FILE --scheme outcome,token_gae [--gamma 1] [--lam 0.95] [--baseline rloo]
                    [--critic upload] [--format auto] [--out FILE]
 creditlens audit FILE [--format auto] [--json]    (exit 1 when a finding is an error)
@@ -343,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # upload and watch are the client's (client/creditlens/): one implementation, also run as
     # `python -m creditlens upload|watch` where only the client is installed.
-    from creditlens import upload, watch
+    from creditlens import log_metrics, upload, watch
 
     u = sub.add_parser("upload", help="upload a file of episodes to a running server")
     upload.add_arguments(u)
@@ -357,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("watch", help="follow a trainer's dump folder; upload each new step to a run")
     watch.add_arguments(w)
     w.set_defaults(fn=watch.run_watch)
+    lm = sub.add_parser("log-metrics", help="attach a trainer's own metrics log to a run")
+    log_metrics.add_arguments(lm)
+    lm.set_defaults(fn=log_metrics.run_log_metrics)
 
     c = sub.add_parser("compute", help="compute advantages offline (no server), as JSONL")
     c.add_argument("file")

@@ -1,6 +1,6 @@
-"""``python -m creditlens upload|watch ...``: the client's two commands, without the server.
+"""``python -m creditlens upload|watch|log-metrics ...``: the client's commands, without the server.
 
-With the server installed, the ``creditlens`` command offers the same two (the same code) beside
+With the server installed, the ``creditlens`` command offers the same ones (the same code) beside
 serve, migrate, compute and audit.
 """
 
@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from . import upload, watch
+from . import log_metrics, upload, watch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("watch", help="follow a trainer's dump folder; upload each new step to a run")
     watch.add_arguments(w)
     w.set_defaults(fn=watch.run_watch)
+    m = sub.add_parser("log-metrics", help="attach a trainer's own metrics log to a run")
+    log_metrics.add_arguments(m)
+    m.set_defaults(fn=log_metrics.run_log_metrics)
     return p
 
 

@@ -95,12 +95,19 @@ def test_bad_input_stores_nothing(client):
     assert r.status_code == 422 and r.json()["error"]["code"] == "not_a_metrics_log"
     assert client.post(url, content=b"").json()["error"]["code"] == "empty_upload"
     assert _stored(client) == 1  # the first file's one step, nothing of the refused ones
-    assert client.post("/api/runs/999/logged-metrics", content=_lines([{"step": 0, "x": 1}])).status_code == 404
+    assert (
+        client.post("/api/runs/999/logged-metrics", content=_lines([{"step": 0, "x": 1}])).status_code == 404
+    )
 
 
 def test_the_metrics_go_with_their_run_and_are_apart_from_ours(client):
     run = _run(client)
-    assert client.post(f"/api/runs/{run['id']}/steps/0", content=jsonl([episode(), episode(reward=0.0)])).status_code == 201
+    assert (
+        client.post(
+            f"/api/runs/{run['id']}/steps/0", content=jsonl([episode(), episode(reward=0.0)])
+        ).status_code
+        == 201
+    )
     client.post(f"/api/runs/{run['id']}/logged-metrics", content=_lines([{"step": 0, "pass_rate": 0.9}]))
     # Our own metrics answer is unchanged: the trainer's numbers never mix with what we compute.
     assert client.get(f"/api/runs/{run['id']}/metrics").json()["pass_rate"] == [[0, 0.5]]
@@ -124,7 +131,9 @@ def test_the_write_token_protects_it_as_it_protects_steps(db_url):
         body = _lines([{"step": 0, "loss": 0.5}])
         r = c.post(f"/api/runs/{run['id']}/logged-metrics", content=body)
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
-        r = c.post(f"/api/runs/{run['id']}/logged-metrics", content=body, headers={"authorization": "Bearer no"})
+        r = c.post(
+            f"/api/runs/{run['id']}/logged-metrics", content=body, headers={"authorization": "Bearer no"}
+        )
         assert r.status_code == 403
         assert c.post(f"/api/runs/{run['id']}/logged-metrics", content=body, headers=auth).status_code == 201
         assert c.get(f"/api/runs/{run['id']}/logged-metrics").json()["n_steps"] == 1

@@ -61,7 +61,12 @@ def test_trl_trainer_state_log_history_merges_train_and_eval_entries_of_a_step(t
     state.save_to_json(str(path))
     log = read(path.read_bytes())
     assert sorted(log.steps) == [5, 10]
-    assert log.steps[5] == {"loss": -0.0078, "reward": -0.098, "rewards/format_reward_fn/mean": 0.55, "kl": 7.8e-06}
+    assert log.steps[5] == {
+        "loss": -0.0078,
+        "reward": -0.098,
+        "rewards/format_reward_fn/mean": 0.55,
+        "kl": 7.8e-06,
+    }
     assert log.steps[10]["reward"] == 0.31 and log.steps[10]["eval_loss"] == 0.02
     assert log.steps[10]["train_runtime"] == 120.0
     assert log.n_records == 4 and log.trainer == "TRL / transformers"
@@ -125,7 +130,11 @@ def test_files_that_are_not_metrics_logs_say_what_they_are():
         read(b"")
     assert e.value.code == "empty_upload"
     with pytest.raises(ApiError) as e:
-        read(_jsonl([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]))
+        read(
+            _jsonl(
+                [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]
+            )
+        )
     assert e.value.code == "not_a_metrics_log"
     assert "it holds transcripts: post them as a step of the run" in e.value.message
     with pytest.raises(ApiError) as e:
