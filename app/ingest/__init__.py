@@ -106,7 +106,7 @@ def _opened(data: bytes) -> Document:
 def _resolve(data: bytes, fmt: str | None) -> tuple[Document, Format]:
     """(the upload's document, its format); 422 for an empty upload or an unknown format."""
     doc = _opened(data)
-    if not doc.data.strip():
+    if not doc.data or doc.data.isspace():  # not `.strip()`: that copies a whole upload
         raise ApiError(422, "empty_upload", "the upload is empty.")
     check_damage(doc.data)  # a truncated zip / parquet / safetensors says so, whatever the format
     if fmt in (None, "", "auto"):

@@ -191,17 +191,16 @@ class Document:
         each as it is parsed. Bad JSON raises ApiError 422 ``bad_json`` naming the line (for JSONL,
         when the reading reaches it)."""
         data = self.data
-        if not data.strip():
+        if not data or data.isspace():  # not `data.strip()`: that copies a whole upload
             raise ApiError(422, "empty_upload", "the upload is empty.")
         if looks_like_jsonl(data):
             n = 0
             for line, raw in enumerate(io.BytesIO(data), start=1):
-                s = raw.strip()
-                if not s:
+                if raw.isspace():  # a blank line (the JSON parsers skip the whitespace around a value)
                     continue
                 n += 1
                 try:
-                    obj = loads(s)
+                    obj = loads(raw)
                 except ValueError as e:
                     raise bad_json(line, e) from None
                 yield Record(line, n, obj)
