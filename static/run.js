@@ -1,5 +1,6 @@
 // Run page: the stored per-step metrics of /api/runs/{id} as Plotly timelines (one figure per
-// family of metrics); a click on a point opens that step's batch page. One request, no episodes.
+// family of metrics); a click on a point opens that step's batch page. One request, no episodes
+// (then, below them, the trainer's own logged metrics when the run has any).
 // The figures on the first screen are drawn first; the rest, and the steps table, right after.
 import { $, SCHEME_COLORS, plot, when } from "./page.js";
 import { el, fetchJSON, fmt, readInitial, urls } from "./util.js";
@@ -130,6 +131,86 @@ function drawSteps(steps, all = false) {
   }
 }
 
+// "Logged by the trainer": the run's logged metrics (GET /api/runs/{id}/logged-metrics), the
+// trainer's own numbers from its metrics log, one series at a time with one of ours beside it on a
+// second axis. Fetched after our figures are drawn: a run without a log costs one small request.
+const LOGGED_COLOR = "#1b9e77";
+const OURS_COLOR = "#7f7f7f";
+
+/** The logged metric shown first: a reward or score when the log has one, else its first. */
+export function defaultLogged(names) {
+  return names.find((n) => /(^|\/)(reward|score)/i.test(n)) || names.find((n) => /reward|score/i.test(n)) || names[0];
+}
+
+async function drawLogged(steps) {
+  const section = $("logged");
+  const base = `${init.api}/logged-metrics`;
+  const head = await fetchJSON(`${base}?names=`);
+  if (!head.n_steps) {
+    section.dataset.ready = "none";
+    return;
+  }
+  section.hidden = false;
+  $("logged-source").append(" ", `${head.n_steps} step${head.n_steps === 1 ? "" : "s"} from ${head.sources.join("; ")}.`);
+  const pick = $("logged-metric");
+  pick.replaceChildren(...head.names.map((n) => el("option", { value: n }, n)));
+  pick.value = defaultLogged(head.names);
+  const ours = $("logged-ours");
+  const have = FIGURES.flatMap((f) => f.metrics).filter(({ name }) => steps.some((s) => s.metrics && typeof s.metrics[name] === "number"));
+  ours.append(...have.map(({ name, label: l }) => el("option", { value: name }, l)));
+  const cache = new Map();
+  const seriesOf = async (name) => {
+    if (!cache.has(name)) cache.set(name, (await fetchJSON(`${base}?names=${encodeURIComponent(name)}`)).metrics[name] || []);
+    return cache.get(name);
+  };
+  const draw = async () => {
+    section.dataset.ready = "0";
+    const name = pick.value;
+    const pts = await seriesOf(name);
+    const traces = [
+      {
+        type: "scatter",
+        mode: pts.length <= 300 ? "lines+markers" : "lines",
+        name: `${name} (logged by the trainer)`,
+        x: pts.map((p) => p[0]),
+        y: pts.map((p) => p[1]),
+        line: { color: LOGGED_COLOR, width: 1.5 },
+        marker: { size: 5 },
+        hovertemplate: `step %{x}<br>${name}: %{y:.4g}<br>logged by the trainer<extra></extra>`,
+      },
+    ];
+    const mine = ours.value;
+    if (mine) {
+      const got = steps.filter((s) => s.metrics && typeof s.metrics[mine] === "number");
+      traces.push({
+        type: "scatter",
+        mode: "lines+markers",
+        name: `${label(mine)} (creditlens, from the episodes)`,
+        x: got.map((s) => s.step),
+        y: got.map((s) => s.metrics[mine]),
+        yaxis: "y2",
+        line: { color: OURS_COLOR, width: 1.5, dash: "dot" },
+        marker: { size: 5 },
+        hovertemplate: `step %{x}<br>${label(mine)}: %{y:.4g}<br>computed by creditlens<extra></extra>`,
+      });
+    }
+    const layout = {
+      height: 330,
+      margin: { l: 56, r: mine ? 56 : 16, t: 10, b: 40 },
+      xaxis: { title: { text: "step", standoff: 4 }, zeroline: false },
+      yaxis: { zeroline: true, exponentformat: "e", title: { text: "logged by the trainer" } },
+      legend: { orientation: "h", y: -0.3 },
+      showlegend: true,
+    };
+    if (mine) layout.yaxis2 = { overlaying: "y", side: "right", showgrid: false, zeroline: false, exponentformat: "e", title: { text: "creditlens" } };
+    plot("logged-plot", traces, layout, `run-${init.run_id}-logged`);
+    section.dataset.ready = "1";
+  };
+  pick.addEventListener("change", draw);
+  ours.addEventListener("change", draw);
+  await draw();
+}
+
 async function main() {
   const timeline = $("timeline");
   let later = [];
@@ -165,6 +246,14 @@ async function main() {
   drawSteps(steps);
   performance.mark("run:drawn");
   timeline.dataset.drawn = "all";
+  try {
+    await drawLogged(steps);
+  } catch (e) {
+    const box = $("error");
+    box.hidden = false;
+    box.textContent = `The trainer's logged metrics: ${e.describe ? e.describe() : String(e)}`;
+    $("logged").dataset.ready = "error";
+  }
 }
 
 // "Compare with": the server lists the other runs by name (with their ids) in the picker.
