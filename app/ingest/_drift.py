@@ -131,20 +131,39 @@ class TurnAssembler:
     prompt plus its generation), so a re-render is counted once, in the turn whose prompt makes it;
     ``drift`` is the ``meta.drift`` entry of each such turn, with the stored positions of the
     sampled ids it changed (``at``; a re-rendered id that was itself never sampled has none).
+
+    ``restarts``: for loops whose agent may replace its context rather than extend it (compaction,
+    a sub-agent; agent-lightning's calls). A prompt that departs from the context inside an earlier
+    prompt (not in the ids generated since) and keeps less than half of the context after that
+    point is a new context, not a re-render: its whole prompt is stored as prompt, no drift.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, restarts: bool = False) -> None:
         self.ids: list[int] = []
         self.kinds: list[str] = []
         self.turns: list[int] = []
         self.drift: list[dict[str, object]] = []
         self.turn = -1
+        self.restarts = restarts
         self._context: list[int] = []
+        self._prompt_len = 0  # length of the last turn's prompt within the context
         self._where: list[int] = []  # stored position of each context id, -1 for a re-render
 
-    def add_turn(self, prompt: list[int], generated: list[int], new_kind: str) -> int:
+    def _rebuilt(self, d: TurnDrift) -> bool:
+        """The prompt replaces the context (see ``restarts``) rather than re-rendering it."""
+        return self.restarts and d.start < self._prompt_len and 2 * d.differing > len(d.sampled)
+
+    def add_turn(
+        self,
+        prompt: list[int],
+        generated: list[int],
+        new_kind: str,
+        generated_kinds: list[str] | None = None,
+    ) -> int:
         """Append one model call: the new part of ``prompt`` (as ``new_kind``; the first turn's whole
-        prompt is "prompt") and ``generated`` (policy). Returns how many prompt ids were new."""
+        prompt is "prompt") and ``generated`` (policy, or ``generated_kinds`` per id: a trainer's
+        response that holds the environment's ids after the model's). Returns how many prompt ids
+        were new."""
         where = self._where
         if self.turn < 0:
             new_from, new_kind = 0, "prompt"
@@ -152,6 +171,9 @@ class TurnAssembler:
             d = align_turn(self._context, prompt)
             if d is None:
                 new_from = len(self._context)
+            elif self._rebuilt(d):
+                new_from, new_kind = 0, "prompt"
+                where.clear()
             else:
                 new_from = d.new_from
                 stored = [where[d.start + k] for k in range(len(d.sampled))]
@@ -167,9 +189,11 @@ class TurnAssembler:
         self.kinds += [new_kind] * len(new)
         self.turns += [-1] * len(new)
         self.turn += 1
+        gen_kinds = generated_kinds if generated_kinds is not None else ["policy"] * len(generated)
         self.ids += generated
-        self.kinds += ["policy"] * len(generated)
-        self.turns += [self.turn] * len(generated)
+        self.kinds += gen_kinds
+        self.turns += [self.turn if k == "policy" else -1 for k in gen_kinds]
         where.extend(range(start, len(self.ids)))
         self._context = prompt + generated
+        self._prompt_len = len(prompt)
         return len(new)

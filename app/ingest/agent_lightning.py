@@ -8,12 +8,17 @@ An event is one model call: ``request.messages`` (the chat it was sent), the pro
 ``choices[0].logprobs.content[].logprob``. A streamed call's ``response`` is its list of chunks:
 their ``choices[0].delta.content``, ``token_ids`` and logprobs are joined in order.
 
-* tokens: when every call has prompt and response ids, the episode is those ids: the first call's
-  prompt ids are prompt; a later call's prompt that extends everything so far adds only its new
-  ids, which are what the environment appended between the calls (tool tokens); a prompt that
-  does not extend it (the agent rebuilt its context) is prompt again; each response is policy, one
-  turn per call, with its logprobs. Shown through a ``tokenizer`` part (tool blocks left inside a
-  response then follow the text rule of app/ingest/_chat.py), else as ``⟨id⟩``;
+* tokens: when every call has prompt and response ids, the episode is those ids as they were
+  sampled (token-in/token-out, app/ingest/_drift.py): the first call's prompt ids are prompt; a
+  later call's prompt adds only what follows the ids sampled before it, what the environment
+  appended between the calls (tool tokens); a prompt that re-renders those ids as other ids (a
+  tool call re-serialised by the chat template) is accepted and measured in ``meta.drift`` (per
+  turn: the re-rendered ids, how many sampled ids differ, the first differing pair), the episode
+  keeping the sampled ids; a prompt that replaces the context (the agent rebuilt it: it departs
+  inside an earlier prompt and keeps less than half of what followed) is prompt again; each
+  response is policy, one turn per call, with its logprobs. Shown through a ``tokenizer`` part
+  (tool blocks left inside a response then follow the text rule of app/ingest/_chat.py), else as
+  ``⟨id⟩``;
 * otherwise the text: the first call's messages and, for each later call, the messages added since
   the one before, by the shared message rule (app/ingest/_chat.py), each response as a policy turn;
 * ``reward`` (else ``rollout.final_reward``/``rollout.reward``) is the outcome — none: ``null``;
@@ -30,6 +35,7 @@ from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, piece_kinds, record_meta, render_messages, render_policy
 from app.ingest._common import Record, id_token, scalar_meta, short_hash, sub_object
 from app.ingest._document import Document
+from app.ingest._drift import TurnAssembler
 from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, content_text
 from app.ingest._tokenizer import TokenDecoder
@@ -113,36 +119,38 @@ class _Call:
 
 
 def _token_episode(calls: list[_Call], tokenizer: TokenDecoder | None) -> dict[str, Any]:
-    ids: list[int] = []
-    kinds: list[str] = []
-    turns: list[int] = []
+    """The calls as they were sampled (app/ingest/_drift.py): a later call's prompt adds only what
+    follows the ids sampled before it (tool); one that re-renders them is kept with its drift
+    (``meta.drift``); one that replaces the context starts over as prompt."""
+    asm = TurnAssembler(restarts=True)
     logprobs: list[float] | None = []
-    for k, c in enumerate(calls):
-        p = list(c.prompt_ids or [])
-        if k and p[: len(ids)] == ids:
-            new, kind = p[len(ids) :], "tool"
-        else:
-            new, kind = p, "prompt"
-        ids += new
-        kinds += [kind] * len(new)
-        turns += [-1] * len(new)
-        resp = list(c.ids or [])
-        ids += resp
-        kinds += ["policy"] * len(resp)
-        turns += [k] * len(resp)
+    for c in calls:
+        n_new = asm.add_turn(list(c.prompt_ids or []), list(c.ids or []), "tool")
         if logprobs is not None and c.logprobs is not None:
-            logprobs += [0.0] * len(new) + [float(x) for x in c.logprobs]
+            logprobs += [0.0] * n_new + [float(x) for x in c.logprobs]
         else:
             logprobs = None
+    ids, kinds = asm.ids, asm.kinds
     meta: dict[str, Any] = {}
     if tokenizer is not None:
         tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
         kinds = piece_kinds(tokens, kinds)  # tool blocks left inside a response (text rule)
         if special:
             meta["special_tokens"] = special
+        for d in asm.drift:  # the re-rendered ids as the tokenizer's pieces, for the episode page
+            d["rerendered_tokens"] = tokenizer.row(np.asarray(d["rerendered_ids"], dtype=np.int64))[0]
     else:
         tokens = [id_token(x) for x in ids]
-    return {"tokens": tokens, "kinds": kinds, "turns": turns, "ids": ids, "logprobs": logprobs, "meta": meta}
+    if asm.drift:
+        meta["drift"] = asm.drift
+    return {
+        "tokens": tokens,
+        "kinds": kinds,
+        "turns": asm.turns,
+        "ids": ids,
+        "logprobs": logprobs,
+        "meta": meta,
+    }
 
 
 def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> EpisodeIn:

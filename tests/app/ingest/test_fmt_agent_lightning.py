@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.app.ingest.fmt_helpers import assert_no_credit_off_policy, pick, stored, text, upload
 from tests.app.svc_helpers import FORMATS, row_counts
 
@@ -96,3 +98,54 @@ def test_bad_ids_and_no_calls_are_422_and_store_nothing(client):
     r = upload(client, "s.jsonl", json.dumps(empty) + "\n")
     assert r.status_code == 422 and r.json()["error"]["code"] == "empty_episode"
     assert row_counts(client) == (0, 0)
+
+
+def _two_calls():
+    """The first rollout, its two calls' prompt and response ids (p1, r1; p2 = p1 + r1 + tool)."""
+    row = json.loads((DIR / "store.jsonl").read_text().splitlines()[0])
+    first, second = (ev["response"] for ev in row["events"])
+    return row, first["prompt_token_ids"], first["choices"][0]["token_ids"], second
+
+
+def test_a_second_prompt_that_re_renders_the_first_answer_is_kept_as_sampled(client):
+    # Hand-built from agent-lightning's schema (vLLM's `prompt_token_ids` per call): the second
+    # call's prompt re-renders ids 10-13 of the first answer (4 sampled ids) as 3 others, as a chat
+    # template re-serialising a tool call does; the rest of the prompt is unchanged.
+    row, p1, r1, second = _two_calls()
+    _, [plain] = stored(client, "store.jsonl", json.dumps(row) + "\n")
+    p2 = second["prompt_token_ids"]
+    at = len(p1) + 10
+    second["prompt_token_ids"] = p2[:at] + [90, 91, 92] + p2[at + 4 :]
+    _, [ep] = stored(client, "store.jsonl", json.dumps(row) + "\n")
+    # Stored as sampled: the ids, kinds and log-probs of the file without the re-render.
+    assert ep["token_ids"] == plain["token_ids"] and ep["kinds"] == plain["kinds"]
+    assert ep["logprobs"] == plain["logprobs"]
+    # The re-render, by hand: the sampled tail from the first difference is r1[10:] (24 ids); the
+    # prompt holds [90, 91, 92] + r1[14:] for it: r1[14:] (20 ids) matches, r1[10:14] do not.
+    assert ep["meta"]["drift"] == [
+        {
+            "turn": 1,
+            "position": at,
+            "sampled": 24,
+            "rerendered_ids": [90, 91, 92] + r1[14:],
+            "differing": 4,
+            "first": [r1[10], 90],
+            "at": [at, at + 1, at + 2, at + 3],
+        }
+    ]
+    diag = client.get(f"/api/batches/{ep['batch_id']}").json()["diagnostics"]
+    n_policy = ep["kinds"].count("policy")
+    assert diag["drift_episode_share"] == 1.0 and diag["drift_token_share"] == pytest.approx(4 / n_policy)
+
+
+def test_a_prompt_that_replaces_the_context_starts_over_without_drift(client):
+    # The agent rebuilt its context for the second call (a summary after the first 5 ids): the
+    # prompt departs inside the first prompt and keeps nothing after: prompt again, no drift.
+    row, p1, r1, second = _two_calls()
+    fresh = p1[:5] + list(range(100, 140))
+    second["prompt_token_ids"] = fresh
+    _, [ep] = stored(client, "store.jsonl", json.dumps(row) + "\n")
+    r2 = second["choices"][0]["token_ids"]
+    assert ep["token_ids"] == p1 + r1 + fresh + r2
+    assert pick(ep, "prompt", "token_ids") == p1 + fresh
+    assert "drift" not in ep["meta"]
