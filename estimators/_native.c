@@ -505,6 +505,225 @@ static PyObject *native_span_gae(PyObject *self, PyObject *args) {
     return Py_BuildValue("L", (long long)n);
 }
 
+/* ---- one number per row onto the row's tokens: a[b] * mask[b, t] (the trainers' broadcast) ----
+ *
+ * ``adv.unsqueeze(-1) * mask`` in one pass: torch first converts an integer mask to the float
+ * type (a pass and a [B, T] temporary), then multiplies. Here out[b, t] = a[b] * m[b, t] for a
+ * numeric mask, in torch's promoted type (so a 0/1 mask gives a or a * 0: -0.0 for a negative a,
+ * NaN for a NaN or infinite one, as the multiply does), and m ? a : 0 for a bool mask
+ * (torch.where). */
+
+typedef struct {
+    const void *a, *m;
+    void *out;
+    int64_t T, row0, row1;
+    int vk, mk, select;
+} bc_job_t;
+
+/* x86-64 with GCC: an AVX2 build of the pass beside the baseline one, picked at load time. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BC_TARGETS __attribute__((target_clones("avx2", "default")))
+#else
+#define BC_TARGETS
+#endif
+
+/* a * m in torch's promoted type: an integer mask converts to VT; a floating one multiplies in
+ * double (exact for float * float) and rounds once to VT. */
+#define BC_MUL(VT, MT, a, x) ((MT)0.5 == 0 ? (a) * (VT)(x) : (VT)((double)(a) * (double)(x)))
+
+/* The 0/1 fast path is branch-free, so it vectorises: out = m ? a : a * 0, and any other mask
+ * value is noticed (`other`) and its row redone with the multiply. */
+#define BC_ROWS(VT, MT)                                                              \
+    for (int64_t b = j->row0; b < j->row1; ++b) {                                    \
+        const VT a = ((const VT *)j->a)[b];                                          \
+        const MT *restrict m = (const MT *)j->m + b * T;                             \
+        VT *restrict out = (VT *)j->out + b * T;                                     \
+        if (j->select) {                                                             \
+            for (int64_t t = 0; t < T; ++t) out[t] = m[t] != 0 ? a : (VT)0;          \
+            continue;                                                                \
+        }                                                                            \
+        const VT z = a * (VT)0; /* -0.0 for a negative a, NaN for inf or NaN */      \
+        int other = 0;                                                               \
+        for (int64_t t = 0; t < T; ++t) {                                            \
+            other |= (m[t] != 0) & (m[t] != 1);                                      \
+            out[t] = m[t] != 0 ? a : z;                                              \
+        }                                                                            \
+        if (other)                                                                   \
+            for (int64_t t = 0; t < T; ++t) out[t] = BC_MUL(VT, MT, a, m[t]);        \
+    }
+
+BC_TARGETS static void *bc_job(void *arg) {
+    const bc_job_t *j = (const bc_job_t *)arg;
+    const int64_t T = j->T;
+    if (j->vk == V_F32) {
+        BY_MASK(BC_ROWS, float)
+    } else {
+        BY_MASK(BC_ROWS, double)
+    }
+    return NULL;
+}
+
+static PyObject *native_row_broadcast(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long a, m, out;
+    long long B, T;
+    int vk, mk, select, threads;
+    if (!PyArg_ParseTuple(args, "KKKLLiiii", &a, &m, &out, &B, &T, &vk, &mk, &select, &threads))
+        return NULL;
+    if (B < 0 || T < 0 || vk < V_F32 || vk > V_F64 || mk < M_I64 || mk > M_F64) {
+        PyErr_SetString(PyExc_ValueError, "bad shape or dtype code");
+        return NULL;
+    }
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if ((long long)threads > B) threads = B > 0 ? (int)B : 1;
+    bc_job_t jobs[MAX_THREADS];
+    pthread_t tids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < threads; ++i)
+        jobs[i] = (bc_job_t){(const void *)(uintptr_t)a, (const void *)(uintptr_t)m,
+                             (void *)(uintptr_t)out, T, B * i / threads, B * (i + 1) / threads,
+                             vk, mk, select};
+    for (int i = 1; i < threads; ++i)
+        started[i] = pthread_create(&tids[i], NULL, bc_job, &jobs[i]) == 0;
+    bc_job(&jobs[0]);
+    for (int i = 1; i < threads; ++i) {
+        if (started[i])
+            pthread_join(tids[i], NULL);
+        else
+            bc_job(&jobs[i]);
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* ---- policy tokens per row: count of m != 0 (a vectorised pass over the mask) ---- */
+
+#define COUNT_ROWS(VT, MT)                                                           \
+    for (int64_t b = j->row0; b < j->row1; ++b) {                                    \
+        const MT *restrict m = (const MT *)j->m + b * T;                             \
+        int64_t n = 0;                                                               \
+        for (int64_t t = 0; t < T; ++t) n += m[t] != 0;                              \
+        ((int64_t *)j->out)[b] = n;                                                  \
+    }
+
+BC_TARGETS static void *count_job(void *arg) {
+    const bc_job_t *j = (const bc_job_t *)arg;
+    const int64_t T = j->T;
+    BY_MASK(COUNT_ROWS, float)
+    return NULL;
+}
+
+static PyObject *native_row_counts(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long m, out;
+    long long B, T;
+    int mk;
+    if (!PyArg_ParseTuple(args, "KKLLi", &m, &out, &B, &T, &mk)) return NULL;
+    if (B < 0 || T < 0 || mk < M_I64 || mk > M_F64) {
+        PyErr_SetString(PyExc_ValueError, "bad shape or dtype code");
+        return NULL;
+    }
+    bc_job_t job = {NULL, (const void *)(uintptr_t)m, (void *)(uintptr_t)out, T, 0, B, 0, mk, 0};
+    Py_BEGIN_ALLOW_THREADS
+    count_job(&job);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* ---- discounted returns over the policy tokens, minus a per-row baseline ----
+ *
+ * The masked GAE above with V = 0 and lambda = 1, without reading a values array: on a policy
+ * token G = r + gamma * G_next (the same double arithmetic: delta = (r - 0) + gamma * 0), other
+ * tokens skipped (G carried, 0 written). ret[t] = G; with a baseline array, adv[t] = G - base[b]
+ * in the storage type (ReMax), else no second output. */
+
+typedef struct {
+    const void *r, *m, *base;
+    void *ret, *adv;
+    int64_t T, row0, row1;
+    double g;
+    int vk, mk;
+} ret_job_t;
+
+#define RET_ROWS(VT, MT)                                                             \
+    for (int64_t b = j->row0; b < j->row1; ++b) {                                    \
+        const VT *r = (const VT *)j->r + b * T;                                      \
+        const MT *m = (const MT *)j->m + b * T;                                      \
+        VT *ret = (VT *)j->ret + b * T;                                              \
+        VT *adv = j->adv ? (VT *)j->adv + b * T : NULL;                              \
+        const VT sb = j->base ? ((const VT *)j->base)[b] : (VT)0;                    \
+        double A = 0.0;                                                              \
+        for (int64_t t = T - 1; t >= 0; --t) {                                       \
+            if ((t & 7) == 0 && t >= PF) {                                           \
+                __builtin_prefetch(&m[t - PF], 0, 0);                                \
+                __builtin_prefetch(&r[t - PF], 0, 0);                                \
+                __builtin_prefetch(&ret[t - PF], 1, 0);                              \
+            }                                                                        \
+            if (m[t] != 0) {                                                         \
+                const double d = ((double)r[t] - 0.0) + g * 0.0;                     \
+                A = c == 0.0 ? d : d + c * A;                                        \
+                const VT gv = (VT)A;                                                 \
+                ret[t] = gv;                                                         \
+                if (adv) adv[t] = gv - sb;                                           \
+            } else {                                                                 \
+                ret[t] = 0;                                                          \
+                if (adv) adv[t] = 0;                                                 \
+            }                                                                        \
+        }                                                                            \
+    }
+
+static void *ret_job(void *arg) {
+    const ret_job_t *j = (const ret_job_t *)arg;
+    const int64_t T = j->T;
+    const double g = j->g, c = j->g;
+    if (j->vk == V_F32) {
+        BY_MASK(RET_ROWS, float)
+    } else {
+        BY_MASK(RET_ROWS, double)
+    }
+    return NULL;
+}
+
+static PyObject *native_masked_returns(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long r, m, base, ret, adv;
+    long long B, T;
+    double gamma;
+    int vk, mk, threads;
+    if (!PyArg_ParseTuple(args, "KKKKKLLdiii", &r, &m, &base, &ret, &adv, &B, &T, &gamma, &vk, &mk,
+                          &threads))
+        return NULL;
+    if (B < 0 || T < 0 || vk < V_F32 || vk > V_F64 || mk < M_I64 || mk > M_F64) {
+        PyErr_SetString(PyExc_ValueError, "bad shape or dtype code");
+        return NULL;
+    }
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if ((long long)threads > B) threads = B > 0 ? (int)B : 1;
+    ret_job_t jobs[MAX_THREADS];
+    pthread_t tids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < threads; ++i)
+        jobs[i] = (ret_job_t){(const void *)(uintptr_t)r, (const void *)(uintptr_t)m,
+                              (const void *)(uintptr_t)base, (void *)(uintptr_t)ret,
+                              (void *)(uintptr_t)adv, T, B * i / threads, B * (i + 1) / threads,
+                              gamma, vk, mk};
+    for (int i = 1; i < threads; ++i)
+        started[i] = pthread_create(&tids[i], NULL, ret_job, &jobs[i]) == 0;
+    ret_job(&jobs[0]);
+    for (int i = 1; i < threads; ++i) {
+        if (started[i])
+            pthread_join(tids[i], NULL);
+        else
+            ret_job(&jobs[i]);
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"gae", native_gae, METH_VARARGS,
      "gae(r, v, m, lv, adv, tgt, B, T, gamma, lam, vkind, mkind, threads): masked token-level "
@@ -515,6 +734,14 @@ static PyMethodDef methods[] = {
     {"span_gae", native_span_gae, METH_VARARGS,
      "span_gae(r, v, m, adv, tgt, B, T, gamma, lam, vkind, mkind, threads) -> N: GAE (returns when "
      "v = 0) over each row's response span, whitened over the spans, on policy tokens (SkyRL)."},
+    {"row_broadcast", native_row_broadcast, METH_VARARGS,
+     "row_broadcast(a, m, out, B, T, vkind, mkind, select, threads): out[b, t] = a[b] * m[b, t] "
+     "(select: m ? a : 0) in one pass."},
+    {"row_counts", native_row_counts, METH_VARARGS,
+     "row_counts(m, out, B, T, mkind): out[b] (int64) = number of m[b, t] != 0."},
+    {"masked_returns", native_masked_returns, METH_VARARGS,
+     "masked_returns(r, m, base, ret, adv, B, T, gamma, vkind, mkind, threads): discounted "
+     "returns over policy tokens (no values read); adv = ret - base[b] when base and adv are given."},
     {NULL, NULL, 0, NULL},
 };
 

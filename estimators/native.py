@@ -183,3 +183,70 @@ def span_gae(
         if n < 2:
             adv.zero_()
     return adv, tgt
+
+
+def row_broadcast(a: Tensor, mask: Tensor, select: bool = False) -> Tensor | None:
+    """[B, T] ``a[:, None] * mask`` in ``a``'s dtype (``a`` [B] float32/float64, ``mask`` [B, T]),
+    or ``torch.where(mask != 0, a[:, None], 0)`` with ``select`` or a bool mask, in one pass
+    without converting the mask first; None when the kernel does not apply (the caller falls
+    back to the torch expression, which gives the same numbers)."""
+    if not enabled() or _native is None or a.ndim != 1 or mask.ndim != 2 or a.shape[0] != mask.shape[0]:
+        return None
+    vk, mk = _V_KINDS.get(a.dtype), _M_KINDS.get(mask.dtype)
+    if vk is None or mk is None or a.device.type != "cpu" or mask.device.type != "cpu":
+        return None
+    sel = select or mask.dtype == torch.bool
+    m = mask.contiguous()
+    if m.dtype == torch.bool:
+        m = m.view(torch.uint8)
+    ac = a.contiguous()
+    B, T = m.shape
+    out = torch.empty(B, T, dtype=a.dtype)
+    if B * T:
+        threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
+        _native.row_broadcast(ac.data_ptr(), m.data_ptr(), out.data_ptr(), B, T, vk, mk, int(sel), threads)
+    return out
+
+
+def row_counts(mask: Tensor) -> Tensor | None:
+    """[B] int64 ``(mask != 0).sum(-1)`` in one pass over ``mask`` [B, T] (no bool copy), or None
+    when the kernel does not apply."""
+    if not enabled() or _native is None or mask.ndim != 2 or mask.device.type != "cpu":
+        return None
+    mk = _M_KINDS.get(mask.dtype)
+    if mk is None:
+        return None
+    m = mask.contiguous()
+    if m.dtype == torch.bool:
+        m = m.view(torch.uint8)
+    B, T = m.shape
+    out = torch.zeros(B, dtype=torch.int64)
+    if B * T:
+        _native.row_counts(m.data_ptr(), out.data_ptr(), B, T, mk)
+    return out
+
+
+def masked_returns(
+    rewards: Tensor, mask: Tensor, gamma: float, baseline: Tensor | None = None
+) -> tuple[Tensor, Tensor | None] | None:
+    """(returns, returns - baseline[:, None]) over the policy tokens of ``mask``: what :func:`gae`
+    gives with V = 0 and lambda = 1 (the same arithmetic), without a values array; both 0 off the
+    mask, in ``rewards``' dtype (float32/float64); the second None without ``baseline`` [B]. None
+    when the kernel does not apply."""
+    if not enabled() or _native is None or rewards.ndim != 2 or rewards.shape != mask.shape:
+        return None
+    vk, mk = _V_KINDS.get(rewards.dtype), _M_KINDS.get(mask.dtype)
+    if vk is None or mk is None or rewards.device.type != "cpu" or mask.device.type != "cpu":
+        return None
+    m = mask.contiguous()
+    if m.dtype == torch.bool:
+        m = m.view(torch.uint8)
+    r = rewards.contiguous()
+    B, T = r.shape
+    base = None if baseline is None else baseline.to(device="cpu", dtype=r.dtype).reshape(B).contiguous()
+    ret = torch.empty(B, T, dtype=r.dtype)
+    adv = None if base is None else torch.empty(B, T, dtype=r.dtype)
+    if B * T:
+        threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
+        _native.masked_returns(*map(_addr, (r, m, base, ret, adv)), B, T, float(gamma), vk, mk, threads)
+    return ret, adv

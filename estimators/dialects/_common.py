@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import native
 from .. import token as tok
 from .._scan import as_bool_mask
 from ..groups import Labels, group_ids
@@ -30,6 +31,7 @@ __all__ = [
     "policy",
     "response_span",
     "returns_over",
+    "whiten_rows",
     "whiten_unbiased",
     "row_sums",
 ]
@@ -99,6 +101,9 @@ def on_policy(adv: Tensor, m: Tensor, dtype: torch.dtype | None = None) -> Tenso
     """[B] per-row advantages broadcast onto the policy tokens of ``m`` [B, T], 0 elsewhere (one
     pass: a select, not a multiply, so a NaN row stays NaN only where it is on policy)."""
     a = adv if dtype is None else adv.to(dtype)
+    fused = native.row_broadcast(a, m, select=True)  # the compiled pass, when built
+    if fused is not None:
+        return fused
     return torch.where(m, a[:, None], torch.zeros((), dtype=a.dtype, device=a.device))
 
 
@@ -107,6 +112,11 @@ def broadcast(adv: Tensor, mask: Tensor, dtype: torch.dtype | None = None) -> Te
     trainers write it: one pass; a bool mask selects), in ``dtype`` (default: adv's). The mask is
     0/1, as ``EstimatorInput.mask`` is."""
     a = adv if dtype is None else adv.to(dtype)
+    # The compiled pass, when built: torch would convert an integer mask to a's type first (a
+    # [B, T] temporary and a pass), then multiply.
+    fused = native.row_broadcast(a, mask)
+    if fused is not None:
+        return fused
     if mask.dtype == torch.bool:
         return torch.where(mask, a[:, None], torch.zeros((), dtype=a.dtype, device=a.device))
     out = a[:, None] * mask
@@ -149,6 +159,11 @@ def returns_over(rewards: Tensor, steps: Tensor, gamma: float) -> Tensor:
     the response span; one that skips them, the policy mask."""
     dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
     r = rewards.to(dtype)
+    if not 0.0 <= float(gamma) <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    fused = native.masked_returns(r, steps, float(gamma))  # no zero values array to read
+    if fused is not None:
+        return fused[0]
     return tok.gae(r, torch.zeros_like(r), steps, float(gamma), 1.0)[0]
 
 
@@ -194,3 +209,29 @@ def whiten_unbiased(x: Tensor, stats: Tensor, out: Tensor | None = None, zero_of
     if out is not None and out is not stats:
         c = torch.where(out, c, zero)
     return c
+
+
+def whiten_rows(a: Tensor, mask: Tensor) -> Tensor:
+    """``whiten_unbiased(broadcast(a, mask), mask != 0, zero_off=True)`` for one number per row
+    ``a`` [B] on a 0/1 ``mask`` [B, T], from per-row numbers: with n_b policy tokens in row b,
+    N = sum n_b, mean = sum a_b n_b / N and var = (sum a_b^2 n_b / N - mean^2) N/(N-1) (in float64;
+    N/(N-1) in float32 as the trainers' integer mask gives it), then ``(a_b - mean) *
+    rsqrt(var + 1e-8)`` in ``a``'s dtype broadcast onto the policy tokens (0 elsewhere). One pass
+    counting the mask and one writing the output, instead of a [B, T] broadcast, its sums and
+    a second [B, T] pass. Fewer than two policy tokens: 0, as ``whiten_unbiased``."""
+    counts = native.row_counts(mask)
+    if counts is None:
+        counts = (mask != 0).sum(-1)
+    n = int(counts.sum().item())
+    if n < 2:
+        return torch.zeros(mask.shape, dtype=a.dtype, device=a.device)
+    c, a64 = counts.to(torch.float64), a.to(torch.float64)
+    mean = (a64 * c).sum() / n
+    bessel = torch.tensor(n) / torch.tensor(n - 1)  # int64 / int64: float32, as theirs
+    var = ((a64 * a64 * c).sum() / n - mean * mean) * bessel.to(torch.float64)
+    mean_s = mean.to(a.dtype)
+    row = (a - mean_s) * torch.rsqrt(var.to(a.dtype) + 1e-8)
+    fused = native.row_broadcast(row, mask, select=True)
+    if fused is not None:
+        return fused
+    return torch.where(as_bool_mask(mask), row[:, None], torch.zeros((), dtype=a.dtype, device=a.device))

@@ -36,12 +36,22 @@ import torch
 from torch import Tensor
 
 from .. import groups as G
+from .. import native
 from .. import token as T
 from .. import verl_family as V
 from .._scan import compress
 from ..groups import group_ids, group_stats
 from ..registry import EstimatorInput, EstimatorOutput
-from ._common import Dialects, broadcast, contiguous_size, float_dtype, policy, returns_over, whiten_unbiased
+from ._common import (
+    Dialects,
+    broadcast,
+    contiguous_size,
+    float_dtype,
+    policy,
+    returns_over,
+    whiten_rows,
+    whiten_unbiased,
+)
 
 VERSION = "0.9.1"
 TRAINER = "verl"
@@ -148,6 +158,11 @@ def _verl_rfpp(inp: EstimatorInput) -> EstimatorOutput:
     reference="remax",
 )
 def _verl_remax(inp: EstimatorInput) -> EstimatorOutput:
+    b = inp.reward_baselines
+    if b is not None:  # one compiled pass writes both (the returns, and the returns minus b)
+        fused = native.masked_returns(inp.rewards.to(float_dtype(inp)), inp.mask, 1.0, b)
+        if fused is not None and fused[1] is not None:
+            return EstimatorOutput(advantages=fused[1], value_targets=fused[0])
     m = policy(inp)
     g = returns_over(inp.rewards, m, 1.0)  # undiscounted, over policy tokens
     b = inp.reward_baselines
@@ -318,8 +333,7 @@ def _verl_rloo_vec(inp: EstimatorInput) -> EstimatorOutput:
 def _verl_rfpp_baseline(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)
     mean, _, _ = _group_mean_std(s, inp, std=False)
-    x = _broadcast(s - mean, inp)
-    return EstimatorOutput(advantages=whiten_int_mask(x, policy(inp)))
+    return EstimatorOutput(advantages=whiten_rows(s - mean, inp.mask))  # one number per row, whitened
 
 
 @_reg(
@@ -381,5 +395,4 @@ def _verl_passk(inp: EstimatorInput, norm_adv_by_std_in_grpo: bool = True) -> Es
 )
 def _verl_gdpo(inp: EstimatorInput) -> EstimatorOutput:
     s = _scores(inp)
-    x = _broadcast(_grpo_scalars(s, inp, True), inp)
-    return EstimatorOutput(advantages=whiten_int_mask(x, policy(inp)))
+    return EstimatorOutput(advantages=whiten_rows(_grpo_scalars(s, inp, True), inp.mask))
