@@ -21,6 +21,15 @@ Two shapes:
   ``response_ids``, ``loss_masks``, ``rewards`` (per token, or one per sample), optional
   ``rollout_logprobs``; group: the hash of the prompt ids.
 
+Step-wise training (``generator.step_wise_trajectories``) writes one sample per turn: its prompt is
+the whole context the engine got, its response that turn's ids, and ``trajectory_ids``
+(``TrajectoryID``: ``instance_id``, ``repetition_id``; in a training batch ``metadata``) with
+``is_last_step`` say which samples are the turns of one trajectory. Those samples are joined into
+one episode as it was sampled (token-in/token-out, app/ingest/_drift.py): each turn's response ids
+are its policy tokens (loss mask 0: tool), the new part of the next turn's prompt is tool; a prompt
+that re-renders the ids sampled before it (a loop that decodes and re-encodes the history) is
+accepted and measured in ``meta.drift``. The group is the trajectory's ``instance_id``.
+
 A loss mask longer or shorter than its response is kept (missing entries untrained) with
 ``meta.mask_misaligned``; any other field of the wrong shape is a 422 naming it.
 """
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,6 +47,7 @@ from app.core.errors import ApiError, located
 from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import short_hash
 from app.ingest._document import Document
+from app.ingest._drift import TurnAssembler
 from app.ingest._ids import dump_episode, shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
@@ -60,10 +71,26 @@ def _device(*args: Any) -> str:
     return ":".join(str(a) for a in args)
 
 
+class _TrajectoryID:
+    """Stands in for SkyRL's ``TrajectoryID`` dataclass (``skyrl_train.generators.base``): its
+    ``instance_id`` and ``repetition_id``, nothing else."""
+
+    def __init__(self, instance_id: Any = None, repetition_id: Any = None) -> None:
+        self.instance_id, self.repetition_id = instance_id, repetition_id
+
+    def __setstate__(self, state: Any) -> None:
+        state = state if isinstance(state, dict) else {}
+        self.instance_id, self.repetition_id = state.get("instance_id"), state.get("repetition_id")
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}_{self.repetition_id}"
+
+
 STAND_INS: dict[tuple[str, str], Any] = {
     (MODULE, name): _Batch for name in ("TensorBatch", "TrainingInputBatch", "TrainingOutputBatch")
 }
 STAND_INS[("torch", "device")] = _device
+STAND_INS[("skyrl_train.generators.base", "TrajectoryID")] = _TrajectoryID
 
 # Training batch field -> native per-token field (the response side).
 NATIVE = {
@@ -155,6 +182,108 @@ def _episode(
     return dump_episode(tokens, kinds, ids, group=group, meta=meta, signals=full)
 
 
+@dataclass
+class _Sample:
+    """One sample of a dump: prompt and response ids, the response's loss mask and per-token rows."""
+
+    prompt: list[int]
+    response: list[int]
+    mask: list[int]
+    fields: dict[str, list[float] | None]
+    signals: dict[str, list[float]]
+    group: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _trajectories(ids: Any, last: Any, n: int) -> list[list[int]] | None:
+    """The sample indices of each trajectory of a step-wise dump (``trajectory_ids`` and
+    ``is_last_step``, one per sample), in order; None when the dump is not step-wise."""
+    if not isinstance(ids, (list, tuple)) or len(ids) != n or last is None or len(last) != n:
+        return None
+    keys = [str(t) for t in ids]
+    runs: list[list[int]] = []
+    open_: dict[str, list[int]] = {}
+    for i, k in enumerate(keys):
+        run = open_.get(k)
+        if run is None:
+            run = open_[k] = []
+            runs.append(run)
+        run.append(i)
+        if bool(last[i]):
+            del open_[k]  # the trajectory's last step: a later sample of that id is another one
+    return runs
+
+
+def _instance(t: Any) -> str | None:
+    got = getattr(t, "instance_id", None)
+    return None if got is None else str(got)
+
+
+def _joined(samples: list[_Sample], traj: Any, tokenizer: TokenDecoder | None) -> EpisodeIn:
+    """The samples of one step-wise trajectory as one episode, as it was sampled."""
+    asm = TurnAssembler()
+    names = {k for s in samples for k in s.fields}
+    have = {k: all(s.fields.get(k) is not None for s in samples) for k in names}
+    rows: dict[str, list[float]] = {k: [] for k in names}
+    sig_names = {k for s in samples for k in s.signals}
+    sigs: dict[str, list[float]] = {k: [] for k in sig_names}
+    reasons: list[str] = []
+    at: list[int] = []
+    for s in samples:
+        fitted, bad = _fit_mask(s.mask, len(s.response), 0)
+        kinds = ["policy" if m else "tool" for m in fitted]
+        n_new = asm.add_turn(s.prompt, s.response, "tool", kinds)
+        start = len(asm.ids) - len(s.response)
+        if bad is not None:
+            reasons.append(f"step {len(reasons) + 1}: {bad['reason']}")
+            at += [start + k for k in bad["at"]]
+        for k in names:
+            rows[k] += [0.0] * n_new + (s.fields.get(k) or [0.0] * len(s.response))
+        for k in sig_names:
+            sigs[k] += [0.0] * n_new + s.signals.get(k, [0.0] * len(s.response))
+    first = samples[0]
+    meta: dict[str, Any] = {**first.meta, "samples": [s.meta.get("sample") for s in samples]}
+    meta.pop("sample", None)
+    meta["trajectory"] = str(traj)
+    if samples[-1].meta.get("stop_reason") is not None:
+        meta["stop_reason"] = samples[-1].meta["stop_reason"]
+    if reasons:
+        meta["mask_misaligned"] = {"reason": "; ".join(reasons), "at": at}
+    if sigs:
+        meta["token_signals"] = sigs
+    ids = asm.ids
+    tokens = shown_tokens(ids, tokenizer, meta)
+    if asm.drift:
+        if tokenizer is not None:  # the re-rendered ids as the tokenizer's pieces, for the page
+            for d in asm.drift:
+                d["rerendered_tokens"] = tokenizer.row(np.asarray(d["rerendered_ids"], dtype=np.int64))[0]
+        meta["drift"] = asm.drift
+    ep = dump_episode(
+        tokens,
+        asm.kinds,  # type: ignore[arg-type]
+        ids,
+        group=_instance(traj) or first.group,
+        meta=meta,
+        signals={k: (rows[k] if have[k] else None) for k in names},
+    )
+    ep.turn_ids = asm.turns
+    return ep
+
+
+def _emit(samples: list[_Sample], traj_ids: Any, last: Any, tokenizer: TokenDecoder | None) -> Iterator[Pair]:
+    """Each sample as its episode, or each step-wise trajectory's samples joined into one."""
+    runs = _trajectories(traj_ids, last, len(samples))
+    if runs is None:
+        for s in samples:
+            yield (
+                None,
+                _episode(s.prompt, s.response, s.mask, s.fields, s.signals, s.group, s.meta, tokenizer),
+            )
+        return
+    for run in runs:
+        yield None, _joined([samples[i] for i in run], traj_ids[run[0]], tokenizer)
+
+
 def _finite_row(a: np.ndarray, name: str, i: int) -> list[float]:
     row = a.astype(np.float64)
     if not np.isfinite(row).all():
@@ -193,6 +322,7 @@ def _training_batch(batch: _Batch, tokenizer: TokenDecoder | None) -> Iterator[P
             raise _err(f"field `{name}` is {list(a.shape)}; expected [B, R] = [{B}, {R}].", name)
         arrays[name] = a
     scalars = {k: v for k, v in meta_all.items() if isinstance(v, (str, int, float, bool))}
+    samples: list[_Sample] = []
     for i in range(B):
         p_part = seq[i, : T - R][att[i, : T - R] != 0]
         r_live = att[i, T - R :] != 0 if resp is None else resp[i] != 0
@@ -208,10 +338,8 @@ def _training_batch(batch: _Batch, tokenizer: TokenDecoder | None) -> Iterator[P
             mask += [1] * int((loss[i, n:] != 0).sum())
         group = str(uids[i]) if isinstance(uids, list) and i < len(uids) else short_hash(str(p_part.tolist()))
         meta = {**scalars, "sample": i}
-        yield (
-            None,
-            _episode([int(x) for x in p_part], response, mask, fields, signals, group, meta, tokenizer),
-        )
+        samples.append(_Sample([int(x) for x in p_part], response, mask, fields, signals, group, meta))
+    yield from _emit(samples, meta_all.get("trajectory_ids"), meta_all.get("is_last_step"), tokenizer)
 
 
 def _int_rows(out: dict[str, Any], name: str) -> list[list[int]]:
@@ -229,6 +357,7 @@ def _generator_output(out: dict[str, Any], tokenizer: TokenDecoder | None) -> It
     if len(prompts) != len(responses) or not isinstance(masks, list) or len(masks) != len(responses):
         raise _err("`prompt_token_ids`, `response_ids` and `loss_masks` must have one entry per sample.")
     rewards, lps = out.get("rewards"), out.get("rollout_logprobs")
+    samples: list[_Sample] = []
     for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         fields: dict[str, list[float] | None] = {"rewards": None, "rollout_logprobs": None}
         reward = rewards[i] if isinstance(rewards, list) and i < len(rewards) else None
@@ -257,7 +386,8 @@ def _generator_output(out: dict[str, Any], tokenizer: TokenDecoder | None) -> It
         meta: dict[str, Any] = {"sample": i}
         if isinstance(stop, list) and i < len(stop) and isinstance(stop[i], str):
             meta["stop_reason"] = stop[i]
-        yield None, _episode(p, r, [int(bool(x)) for x in m], fields, {}, short_hash(str(p)), meta, tokenizer)
+        samples.append(_Sample(p, r, [int(bool(x)) for x in m], fields, {}, short_hash(str(p)), meta))
+    yield from _emit(samples, out.get("trajectory_ids"), out.get("is_last_step"), tokenizer)
 
 
 def episodes(doc: Document, tokenizer: TokenDecoder | None) -> Iterator[Pair]:

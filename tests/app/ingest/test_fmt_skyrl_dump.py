@@ -93,3 +93,69 @@ def test_a_field_of_the_wrong_shape_names_it(client):
     payload["rollout_logprobs"][0] = [-0.1]
     err = refused(client, "g.pkl", pickle.dumps(payload))
     assert err["code"] == "bad_skyrl_dump" and err["field"] == "rollout_logprobs" and err["episode"] == 1
+
+
+def _trajectory_id_class() -> type:
+    """A class pickled as SkyRL's ``TrajectoryID`` (``skyrl_train.generators.base``: a dataclass of
+    ``instance_id`` and ``repetition_id``), with the same pickled shape; not SkyRL's code."""
+    import dataclasses
+    import sys
+    import types
+
+    @dataclasses.dataclass
+    class TrajectoryID:
+        instance_id: str
+        repetition_id: int
+
+    mod = types.ModuleType("skyrl_train.generators.base")
+    TrajectoryID.__module__ = mod.__name__
+    TrajectoryID.__qualname__ = "TrajectoryID"
+    mod.TrajectoryID = TrajectoryID  # type: ignore[attr-defined]
+    sys.modules.setdefault("skyrl_train", types.ModuleType("skyrl_train"))
+    sys.modules.setdefault("skyrl_train.generators", types.ModuleType("skyrl_train.generators"))
+    sys.modules[mod.__name__] = mod
+    return TrajectoryID
+
+
+def test_a_step_wise_generator_output_joins_each_trajectory_as_sampled(client):
+    # Hand-built from SkyRL's GeneratorOutput (skyrl_train/generators/base.py): step-wise training
+    # writes one sample per turn, `trajectory_ids` and `is_last_step` tie them together. Trajectory
+    # q1_0 has two turns; the second prompt re-renders the first turn's sampled [20, 21, 2] as
+    # [20, 77, 2] (a decode/re-encode), then the observation [40, 41]. q1_1 has one turn. The
+    # samples come interleaved (q1_0 turn 1, q1_1, q1_0 turn 2).
+    tid = _trajectory_id_class()
+    out = {
+        "prompt_token_ids": [[1, 5, 6], [1, 5, 6], [1, 5, 6, 20, 77, 2, 40, 41]],
+        "response_ids": [[20, 21, 2], [33, 2], [22, 2]],
+        "loss_masks": [[1, 1, 1], [1, 1], [1, 1]],
+        "rewards": [0.0, 0.0, 1.0],
+        "rollout_logprobs": [[-0.1, -0.2, -0.3], [-0.7, -0.4], [-0.4, -0.5]],
+        "stop_reasons": ["stop", "stop", "stop"],
+        "trajectory_ids": [tid("q1", 0), tid("q1", 1), tid("q1", 0)],
+        "is_last_step": [False, True, True],
+    }
+    _, eps = stored(client, "generator_output.pkl", pickle.dumps(out))
+    assert len(eps) == 2
+    a, b = eps
+    # As sampled: turn 1's ids, the second prompt's new part (the observation) as tool, turn 2.
+    assert a["token_ids"] == [1, 5, 6, 20, 21, 2, 40, 41, 22, 2]
+    assert a["kinds"] == ["prompt"] * 3 + ["policy"] * 3 + ["tool"] * 2 + ["policy"] * 2
+    assert pick(a, "policy", "turn_ids") == [0, 0, 0, 1, 1]
+    assert pick(a, "policy", "rollout_logprobs") == pytest.approx([-0.1, -0.2, -0.3, -0.4, -0.5])
+    assert a["rewards"][5] == 0.0 and a["rewards"][-1] == 1.0  # each turn's reward on its last id
+    # The re-render, by hand: the prompt first differs at row position 4 (21 -> 77); the sampled
+    # tail [21, 2] matches [77, 2] on `2` only: 1 differing id, re-rendered as [77, 2].
+    assert a["meta"]["drift"] == [
+        {
+            "turn": 1,
+            "position": 4,
+            "sampled": 2,
+            "rerendered_ids": [77, 2],
+            "differing": 1,
+            "first": [21, 77],
+            "at": [4],
+        }
+    ]
+    assert a["group"] == b["group"] == "q1" and a["meta"]["trajectory"] == "q1_0"
+    assert a["meta"]["samples"] == [0, 2]
+    assert b["token_ids"] == [1, 5, 6, 33, 2] and "drift" not in b["meta"]
