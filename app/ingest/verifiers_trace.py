@@ -15,7 +15,14 @@ sequence:
   sampled node has no uploaded advantages and ``meta.advantages_unassigned`` lists its turns;
 * ``loss_weights`` (named streams aligned to ``token_ids``) -> ``meta.token_signals``.
 
-Each root-to-leaf path (``branch``) is an episode. The reward is the sum of ``rewards``' weighted
+Each root-to-leaf path (``branch``) is an episode, except where verifiers forked on a re-render:
+when a turn's prompt re-renders an earlier sampled answer as other tokens (a renderer-level break:
+the same message, retokenized), verifiers keeps the sampled answer as a leaf and starts a sibling
+node with the same message (not sampled) holding the re-rendered ids, under which the trace goes
+on. Such a pair is joined back into one episode as it was sampled (token-in/token-out,
+app/ingest/_drift.py): the sampled answer's ids stay in the row, what the re-render adds after it
+(the input form's closing scaffold) is prompt, and ``meta.drift`` keeps the re-render (the turn
+whose prompt made it, the re-rendered ids, how many sampled ids differ, the first differing pair). The reward is the sum of ``rewards``' weighted
 scores (null when every reward is null: scoring did not run); ``stop_condition`` ``max_turns`` /
 ``*_tokens`` / ``context_length`` marks it truncated. A branch without token ids (an eval relay)
 shows the messages' text. A ``mask`` of another length than its ``token_ids``, or one that makes
@@ -30,9 +37,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import Record, short_hash
 from app.ingest._document import Document
+from app.ingest._drift import align_turn
 from app.ingest._ids import shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._spans import SpanBuilder, arguments_text
@@ -89,6 +99,56 @@ def _branches(nodes: list[Any], rec: Record) -> list[list[int]]:
     return paths
 
 
+def _plain(message: dict[str, Any]) -> dict[str, Any]:
+    """A message without its empty fields (verifiers hashes None and "" content alike)."""
+    return {k: v for k, v in message.items() if v not in (None, "", [], {})}
+
+
+def _rerenders(nodes: list[Any]) -> dict[int, int]:
+    """{re-render node: the sampled node it re-renders}: a node that is not sampled, holds token
+    ids and carries the same message as an earlier sibling (same parent) that was sampled and has
+    no children (verifiers' fork on a renderer-level break)."""
+    children: dict[int | None, list[int]] = {}
+    for i, n in enumerate(nodes):
+        children.setdefault(n.get("parent"), []).append(i)
+    out: dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        if n.get("sampled") or not n.get("token_ids"):
+            continue
+        for j in children.get(n.get("parent"), []):
+            m = nodes[j]
+            if (
+                j < i
+                and m.get("sampled")
+                and m.get("token_ids")
+                and j not in children
+                and j not in out.values()
+                and _plain(m["message"]) == _plain(n["message"])
+            ):
+                out[i] = j
+                break
+    return out
+
+
+def _joined_paths(paths: list[list[int]], rerenders: dict[int, int]) -> list[list[int]]:
+    """The branches with each re-render preceded by the sampled node it re-renders; the sampled
+    node's own branch (that node as its leaf) is then part of the joined one and left out."""
+    if not rerenders:
+        return paths
+    joined_leaves = set(rerenders.values())
+    out = []
+    for path in paths:
+        if path[-1] in joined_leaves:
+            continue
+        new: list[int] = []
+        for nid in path:
+            if nid in rerenders:
+                new.append(rerenders[nid])
+            new.append(nid)
+        out.append(new)
+    return out
+
+
 def _compact(node: dict[str, Any], key: str, n_sampled: int, rec: Record, f: str) -> list[float] | None:
     v = node.get(key)
     if v is None:
@@ -104,8 +164,33 @@ def _compact(node: dict[str, Any], key: str, n_sampled: int, rec: Record, f: str
     return [float(x) for x in v]
 
 
+def _rerendered(
+    node: dict[str, Any], ids: list[int], sampled_len: int, turn: int
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A re-render node read after the sampled node it re-renders (the row ``ids`` ends with that
+    node's ``sampled_len`` ids): the node reduced to what it adds after the re-render (prompt), and
+    the ``meta.drift`` entry of the turn whose prompt made it (None when it re-renders nothing)."""
+    prompt = ids[: len(ids) - sampled_len] + list(node.get("token_ids") or [])
+    d = align_turn(ids, prompt)
+    new = prompt[len(ids) :] if d is None else prompt[d.new_from :]
+    view = {
+        **node,
+        "token_ids": new,
+        "mask": [False] * len(new),
+        "logprobs": [],
+        "advantages": None,
+        "reference_logprobs": None,
+        "loss_weights": None,
+    }
+    return view, (None if d is None else d.as_meta(turn=turn + 1, position=d.start))
+
+
 def _token_branch(
-    nodes: list[dict[str, Any]], path: list[int], rec: Record, meta: dict[str, Any]
+    nodes: list[dict[str, Any]],
+    path: list[int],
+    rec: Record,
+    meta: dict[str, Any],
+    rerenders: dict[int, int] | None = None,
 ) -> tuple[list[int], list[Kind], list[int], dict[str, list[float] | None], dict[str, list[float]]]:
     ids: list[int] = []
     kinds: list[Kind] = []
@@ -117,8 +202,15 @@ def _token_branch(
     reasons: list[str] = []
     weights: dict[str, list[float]] = {}
     turn = -1
+    drift: list[dict[str, Any]] = []
+    prev: int | None = None
     for nid in path:
         node, f = nodes[nid], f"nodes[{nid}]"
+        if rerenders and rerenders.get(nid) == prev and prev is not None:
+            node, d = _rerendered(node, ids, len(nodes[prev].get("token_ids") or []), turn)
+            if d is not None:
+                drift.append(d)
+        prev = nid
         tok = node.get("token_ids") or []
         if not isinstance(tok, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in tok):
             raise rec.error(
@@ -166,6 +258,8 @@ def _token_branch(
                     weights.setdefault(name, [0.0] * start).extend(float(x) for x in w)
         for name in weights:
             weights[name] += [0.0] * (len(ids) - len(weights[name]))
+    if drift:
+        meta["drift"] = drift
     if unassigned:
         meta["advantages_unassigned"] = unassigned
     if reasons:
@@ -239,16 +333,23 @@ def episodes(doc: Document, tokenizer: TokenDecoder | None) -> Iterator[Pair]:
         base["trace_version"] = obj.get("version")
         if isinstance(obj.get("metrics"), dict):
             base["metrics"] = obj["metrics"]
-        for bi, path in enumerate(_branches(nodes, rec)):
+        paths = _branches(nodes, rec)
+        rerenders = _rerenders(nodes)
+        for bi, path in enumerate(_joined_paths(paths, rerenders)):
             meta = dict(base, branch=bi)
             first = _text(nodes[path[0]]["message"].get("content")) if path else ""
             group = str(gid) if gid is not None else short_hash(first)
             truncated = obj.get("stop_condition") in TRUNCATING
             if any(nodes[n].get("token_ids") for n in path):
-                ids, kinds, turns, fields, weights = _token_branch(nodes, path, rec, meta)
+                ids, kinds, turns, fields, weights = _token_branch(nodes, path, rec, meta, rerenders)
                 if weights:
                     meta["token_signals"] = weights
                 tokens = shown_tokens(ids, tokenizer, meta)
+                if tokenizer is not None:  # the re-rendered ids as the tokenizer's pieces, for the page
+                    for d in meta.get("drift", []):
+                        d["rerendered_tokens"] = tokenizer.row(
+                            np.asarray(d["rerendered_ids"], dtype=np.int64)
+                        )[0]
                 yield (
                     rec.line,
                     EpisodeIn.model_construct(

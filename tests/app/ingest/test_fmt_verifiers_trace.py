@@ -84,3 +84,38 @@ def test_a_relay_branch_without_ids_shows_the_text(client):
     pol = "".join(pick(ep, "policy"))
     assert '<tool_call> {"name": "add"' in pol and "It is 5." in pol
     assert "".join(pick(ep, "tool")).count("5") == 1
+
+
+def test_a_fork_on_a_re_render_is_joined_as_sampled_with_its_drift(client):
+    # Hand-built from verifiers v1's graph (verifiers/v1/graph.py, ARCHITECTURE.md "renderer-level
+    # break"): the second turn's prompt re-renders the sampled tool call [20, 21, 22] as
+    # [20, 23, 24, 22] (then the input form's closing scaffold [2]); verifiers keeps the sampled
+    # answer (node 2) as a leaf and forks a sibling with the same message (node 3, not sampled)
+    # holding the re-rendered ids, under which the trace goes on.
+    t1 = lines(EX)[0]
+    sys_, user, answer, tool, final = t1["nodes"]
+    rerender = dict(answer, sampled=False, token_ids=[90, 91, 20, 23, 24, 22, 2], mask=[False] * 7)
+    rerender.update(logprobs=[], advantages=None, reference_logprobs=None)
+    t1["nodes"] = [sys_, user, answer, rerender, dict(tool, parent=3), dict(final, parent=4)]
+    _, eps = stored(client, "t.jsonl", json.dumps(t1))
+    assert len(eps) == 1  # the sampled answer's own branch is part of the joined one
+    [ep] = eps
+    # As sampled: the answer's ids stay; the re-render adds only its closing scaffold [2] (prompt).
+    assert ep["token_ids"] == [1, 10, 11, 12, 13, 14, 90, 91, 20, 21, 22, 2, 92, 40, 93, 90, 91, 30, 2]
+    assert ep["kinds"] == (
+        ["prompt"] * 8 + ["policy"] * 3 + ["prompt"] + ["tool"] * 3 + ["prompt"] * 2 + ["policy"] * 2
+    )
+    assert pick(ep, "policy", "logprobs") == [-0.1, -0.2, -0.3, -0.5, -0.05]
+    # By hand: the re-render first differs at row position 9 (21 -> 23); the sampled tail [21, 22]
+    # keeps 22 in [23, 24, 22]: 1 differing id.
+    assert ep["meta"]["drift"] == [
+        {
+            "turn": 1,
+            "position": 9,
+            "sampled": 2,
+            "rerendered_ids": [23, 24, 22],
+            "differing": 1,
+            "first": [21, 23],
+            "at": [9],
+        }
+    ]
