@@ -30,6 +30,7 @@ from app.ingest._common import Record
 from app.ingest._containers import is_gzip, is_torch_zip, json_members, records
 from app.ingest._document import Document
 from app.ingest._registry import Pair, register_format
+from app.ingest._run_trees import is_run, merge_runs, trace_record, traces
 from app.ingest._structure import (
     WILD,
     Path,
@@ -65,7 +66,12 @@ def sniff(doc: Document) -> bool:
     first = doc.first
     if first is None:
         return False
-    return _is_message_record(first) or plan_of(first) is not None or _notes.describe(first) is not None
+    return (
+        _is_message_record(first)
+        or is_run(first)
+        or plan_of(first) is not None
+        or _notes.describe(first) is not None
+    )
 
 
 def _not_episodes(message: str) -> ApiError:
@@ -126,6 +132,9 @@ def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[
         return
     if _is_event_tuple(first_rec.obj):
         yield from _event_stream(first_rec, it)
+        return
+    if is_run(first_rec.obj):
+        yield from _run_traces(first_rec, it)
         return
     plans = _Plans()
     n = 0
@@ -253,6 +262,45 @@ def _event_stream(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator
     built.episode.meta["events"] = n
     _warn_all(built.unknown_roles, int(built.reward_missing), 1, [], 0)
     yield first.line, built.episode
+
+
+def _run_traces(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator[Pair]:
+    """A file of traced runs (LangSmith; app/ingest/_run_trees.py): one episode per trace, its
+    model and tool runs merged in time order."""
+    lines: dict[str, int | None] = {}
+    objs: list[Any] = []
+    for rec in (first, *(r for r, _ in rest)):
+        objs.append(rec.obj)
+        if isinstance(rec.obj, dict) and isinstance(rec.obj.get("id"), str):
+            lines.setdefault(rec.obj["id"], rec.line)
+    runs, other = merge_runs(objs)
+    n = missing = 0
+    problems: list[str] = []
+    unknown: dict[str, int] = {}
+    for tid, trace_runs in traces(runs):
+        if not any(r["run_type"] == "llm" for r in trace_runs):
+            problems.append(f"trace {tid}: {len(trace_runs)} runs and no `llm` run")
+            continue
+        built = build_episode(trace_record(tid, trace_runs), [("messages",)], f"trace {tid}", SOURCE)
+        for role, count in built.unknown_roles.items():
+            unknown[role] = unknown.get(role, 0) + count
+        if built.episode is None:
+            problems.append(f"trace {tid}: {built.problem}")
+            continue
+        n += 1
+        missing += built.reward_missing
+        yield lines.get(trace_runs[0]["id"]), built.episode
+    if n == 0:
+        raise ApiError(
+            422,
+            "no_episodes",
+            f"no episode in the upload's {len(runs)} traced runs: "
+            + ("; ".join(p.rstrip(".") for p in problems[:3]) or "no trace has a model run")
+            + ".",
+        )
+    _warn_all(unknown, missing, n, problems, 0)
+    if other:
+        _notes.warn(f"{other} records are not traced runs; skipped.")
 
 
 register_format(
