@@ -29,6 +29,7 @@ from app.ingest import _notes
 from app.ingest._common import Record
 from app.ingest._containers import is_gzip, is_torch_zip, json_members, records
 from app.ingest._document import Document
+from app.ingest._opencode import is_hook_line, session_record, sessions
 from app.ingest._registry import Pair, register_format
 from app.ingest._run_trees import is_run, merge_runs, trace_record, traces
 from app.ingest._structure import (
@@ -129,6 +130,9 @@ def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[
     first_rec, _ = head
     if _is_message_record(first_rec.obj):
         yield from _one_transcript(first_rec, it)
+        return
+    if is_hook_line(first_rec.obj):
+        yield from _opencode_sessions(first_rec, it)
         return
     if _is_event_tuple(first_rec.obj):
         yield from _event_stream(first_rec, it)
@@ -262,6 +266,38 @@ def _event_stream(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator
     built.episode.meta["events"] = n
     _warn_all(built.unknown_roles, int(built.reward_missing), 1, [], 0)
     yield first.line, built.episode
+
+
+def _opencode_sessions(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator[Pair]:
+    """An opencode plugin's hook log (app/ingest/_opencode.py): one episode per session in which
+    the model speaks."""
+    objs = [first.obj, *(r.obj for r, _ in rest)]
+    n = missing = 0
+    problems: list[str] = []
+    unknown: dict[str, int] = {}
+    for sess in sessions(objs):
+        rec = session_record(sess)
+        if not any(m["role"] == "assistant" for m in rec["messages"]):
+            problems.append(f"session {sess.id}: no message of the model")
+            continue
+        built = build_episode(rec, [("messages",)], f"session {sess.id}", SOURCE)
+        for role, count in built.unknown_roles.items():
+            unknown[role] = unknown.get(role, 0) + count
+        if built.episode is None:
+            problems.append(f"session {sess.id}: {built.problem}")
+            continue
+        n += 1
+        missing += built.reward_missing
+        built.episode.meta["format_of_file"] = "opencode hook log"
+        yield first.line, built.episode
+    if n == 0:
+        raise _not_episodes(
+            f"this is an opencode plugin's hook log ({len(objs)} lines of [hook, payload]) in which no "
+            "session has a message of the model"
+            + (f" ({'; '.join(problems[:3])})" if problems else "")
+            + ": there is nothing to give credit to."
+        )
+    _warn_all(unknown, missing, n, problems, 0)
 
 
 def _run_traces(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator[Pair]:
