@@ -8,8 +8,10 @@ position only when it is a policy token and both log-probs there are present and
 step metrics' ``mean_log_ratio`` and ``max_abs_log_ratio`` (step_metrics.py), the search field
 ``max_ratio`` (episode_fields.py) and the loss weights behind ``clip_fraction``,
 ``masked_fraction`` and the batch loss view (loss_view.py), where a position not compared has
-ratio 1 (nothing clipped, nothing masked). An upload's arrays are finite (app/core/validate.py);
-NaN or a missing value reaches these functions only from arrays a format kept in ``meta``.
+ratio 1 (nothing clipped, nothing masked). An upload's log-prob arrays may say "not scored" off
+the policy tokens with NaN or null: validation stores those as 0.0 and counts them in
+``meta.not_scored`` (app/core/validate.py), and refuses them on a policy token; NaN or a missing
+value reaches these functions only from arrays a format kept in ``meta``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ JSON Schema at /api/schema/episode documents). One episode per object."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -23,6 +24,9 @@ class EpisodeIn(BaseModel):
               scheme "uploaded"). ``meta.uploaded_advantages`` is read the same way.
     ref_logprobs: per-token log-probabilities under the reference policy (same length).
     rollout_logprobs: per-token log-probabilities under the rollout engine (vLLM, SGLang).
+              In these three log-prob fields a position the policy does not train (prompt,
+              tool) may hold null or NaN: "not scored" (stored as 0, counted in
+              ``meta.not_scored``); on a policy token a non-finite value is refused.
     entropy:  per-token entropy of the policy at each position.
     token_ids: per-token tokenizer ids (non-negative integers).
     turn_ids: per-token turn index; default: a turn is a maximal run of policy tokens.
@@ -42,10 +46,10 @@ class EpisodeIn(BaseModel):
     reward: float | None = None
     rewards: list[float] | None = None
     values: list[float] | None = None
-    logprobs: list[float] | None = None
+    logprobs: Sequence[float | None] | None = None
     advantages: list[float] | None = None
-    ref_logprobs: list[float] | None = None
-    rollout_logprobs: list[float] | None = None
+    ref_logprobs: Sequence[float | None] | None = None
+    rollout_logprobs: Sequence[float | None] | None = None
     entropy: list[float] | None = None
     token_ids: list[int] | None = None
     turn_ids: list[int] | None = None

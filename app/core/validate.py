@@ -61,6 +61,23 @@ def check_finite(arr: np.ndarray, name: str, where: Where) -> None:
         )
 
 
+# The log-prob fields a trainer leaves unscored where its loss masks the position (prompt, tool
+# output, padding): NaN or a missing value (null) there means "not scored", never a mismatch.
+UNSCORED_OK = ("logprobs", "ref_logprobs", "rollout_logprobs")
+
+
+def _unscored_to_zero(arr: np.ndarray, policy: np.ndarray, name: str, where: Where) -> tuple[np.ndarray, int]:
+    """``arr`` with its non-finite entries off the policy tokens (not scored) as 0.0, and how many
+    there were: every summary compares policy tokens only (app/compute/mismatch.py), and 0.0 keeps
+    the arithmetic over whole rows finite. A non-finite entry on a policy token is refused (422
+    ``not_finite`` naming the field and the token)."""
+    bad = ~np.isfinite(arr)
+    if not bad.any():
+        return arr, 0
+    check_finite(np.where(policy, arr, 0.0), name, where)
+    return np.where(bad, 0.0, arr), int(bad.sum())
+
+
 def check_finite_scalar(value: float | None, name: str, where: Where) -> None:
     """422 ``not_finite`` for an infinite or NaN scalar (None passes)."""
     if value is not None and not math.isfinite(value):
@@ -279,13 +296,19 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> Episo
             **where,
         )
     row: dict[str, Any] = {}
+    not_scored: dict[str, int] = {}
     for name in FLOAT_FIELDS:
         arr = ep.floats.get(name)
         if arr is None:
             row[name] = None
             continue
         arr = np.asarray(arr, dtype=F64)  # float16/32 -> float64 is exact
-        check_finite(arr, name, where)
+        if name in UNSCORED_OK:
+            arr, k = _unscored_to_zero(arr, policy, name, where)
+            if k:
+                not_scored[name] = k
+        else:
+            check_finite(arr, name, where)
         row[name] = arr
     for name in ("reward", "bootstrap_value"):
         check_finite_scalar(getattr(ep, name), name, where)
@@ -323,6 +346,8 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> Episo
     meta = ep.meta
     if ep.turn_states is not None:  # the native field is kept in meta (no column, no migration)
         meta = {**ep.meta, "turn_states": ep.turn_states}
+    if not_scored:
+        meta = {**meta, "not_scored": not_scored}
     check_turn_states(meta, n_turns, where, "meta.turn_states" if ep.turn_states is None else "turn_states")
     if row["advantages"] is None and (adv := ep.meta.get("uploaded_advantages")) is not None:
         row["advantages"] = np.asarray(adv, dtype=F64)  # the older spelling, checked above

@@ -15,7 +15,7 @@ from app.compute import mismatch
 from app.compute.episode_fields import episode_fields
 from app.compute.step import compute_step
 from app.core.schemas import EpisodeIn
-from tests.app.svc_helpers import jsonl
+from tests.app.svc_helpers import jsonl, row_counts
 
 NAN = math.nan
 KINDS = ["prompt", "prompt", "policy", "policy", "tool", "policy", "policy"]
@@ -109,3 +109,76 @@ def test_zero_placeholders_on_masked_tokens_through_the_api(client):
     assert found["max_ratio"] == pytest.approx(math.exp(0.5))
     loss = client.get(f"/api/batches/{r.json()['batch_id']}/loss", params={"bypass": "true"}).json()
     assert loss["clipped_share"] == pytest.approx(1 / 3) and loss["masked_share"] == 0.0
+
+
+def test_nan_and_null_placeholders_on_masked_tokens_are_not_scored(client):
+    """NaN and null where a trainer scored nothing (prompt, tool output) are accepted as "not
+    scored": stored as 0.0, counted in ``meta.not_scored``, never compared."""
+    ep = {
+        "tokens": [f"t{i}" for i in range(6)],
+        "kinds": ["prompt", "prompt", "policy", "policy", "tool", "policy"],
+        "reward": 1.0,
+        "advantages": [0.0, 0.0, 1.0, 1.0, 0.0, 1.0],
+        "logprobs": [None, -11.0, -0.5, -1.0, NAN, -2.0],
+        "rollout_logprobs": [NAN, None, -0.25, -1.0, NAN, -2.5],
+    }
+    run = client.post("/api/runs", json={"name": "nan placeholders"}).json()
+    r = client.post(f"/api/runs/{run['id']}/steps/0", content=jsonl([ep]))  # NaN as JSON's `NaN`
+    assert r.status_code == 201, r.text
+    m = client.get(f"/api/runs/{run['id']}").json()["steps"][0]["metrics"]
+    # Policy tokens 2, 3, 5 only, as with 0.0 placeholders: -0.25, 0, +0.5.
+    assert m["mean_log_ratio"] == pytest.approx(0.25 / 3)
+    assert m["max_abs_log_ratio"] == 0.5
+    assert m["clip_fraction"] == pytest.approx(1 / 3) and m["masked_fraction"] == 0.0
+    stored = client.get(f"/api/episodes/{r.json()['episodes'][0]['slug']}").json()
+    assert stored["rollout_logprobs"] == [0.0, 0.0, -0.25, -1.0, 0.0, -2.5]
+    assert stored["logprobs"] == [0.0, -11.0, -0.5, -1.0, 0.0, -2.0]
+    assert stored["meta"]["not_scored"] == {"logprobs": 2, "rollout_logprobs": 3}
+
+
+@pytest.mark.parametrize("value", [NAN, None])
+def test_a_placeholder_on_a_policy_token_is_refused(client, value):
+    ep = {
+        "tokens": ["a", "b", "c"],
+        "kinds": ["prompt", "policy", "policy"],
+        "reward": 1.0,
+        "logprobs": [-1.0, -0.5, -0.25],
+        "rollout_logprobs": [NAN, -0.5, value],  # the prompt's NaN is fine, token 2 is trained
+    }
+    r = client.post("/api/uploads", content=jsonl([ep, ep]))
+    err = r.json()["error"]
+    assert r.status_code == 422 and err["code"] == "not_finite"
+    assert (err["field"], err["episode"], err["line"]) == ("rollout_logprobs", 1, 1)
+    assert "at token 2" in err["message"]
+    assert row_counts(client) == (0, 0)  # nothing stored
+
+
+def test_a_miles_dashboard_file_with_zero_placeholders(client):
+    """miles' dashboard columns (radixark/miles ``save_dashboard_columns``; the sample of
+    fixtures/formats/miles_parquet with a training-side ``log_probs`` column added): the engine's
+    ``rollout_log_probs`` are 0.0 on the loss-masked observation (miles#2476), where the trainer
+    scored -12 and -13. Compared there they would be 12 and 13 nats of mismatch; they are not."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = {
+        "sample_index": 1,
+        "response_length": 6,
+        "total_length": 9,
+        "tokens": [1, 5, 6, 30, 31, 40, 41, 32, 2],
+        "loss_mask": [1, 1, 0, 0, 1, 1],
+        "rollout_log_probs": [-1.0, -0.5, 0.0, 0.0, -0.25, -0.0625],
+        "log_probs": [-1.5, -0.5, -12.0, -13.0, -0.25, -0.5625],
+        "reward": 1.0,
+    }
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist([row]), buf)
+    run = client.post("/api/runs", json={"name": "miles"}).json()
+    r = client.post(f"/api/runs/{run['id']}/steps/0", files={"file": ("rollout_3.parquet", buf.getvalue())})
+    assert r.status_code == 201, r.text
+    m = client.get(f"/api/runs/{run['id']}").json()["steps"][0]["metrics"]
+    # Trained tokens 30, 31, 32, 2: log_probs - rollout = -0.5, 0, 0, -0.5 -> mean -0.25, max 0.5.
+    assert m["mean_log_ratio"] == pytest.approx(-0.25)
+    assert m["max_abs_log_ratio"] == pytest.approx(0.5)
