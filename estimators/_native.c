@@ -724,6 +724,144 @@ static PyObject *native_masked_returns(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- verl's optimal token baselines (optimal_token_baseline, tir_optimal_token_baseline) ----
+ *
+ * What estimators/dialects/verl.py computes with a dozen [B, T] torch passes, in three passes
+ * over each row with the same roundings (float/double as the storage type VT):
+ *   1. backwards: G = undiscounted returns over policy tokens (as masked_returns), ret = G, 0 off
+ *      the mask; forwards: W = cumsum of w = (1 - 2 e) + spp over policy tokens (the sum in
+ *      double, as torch's cumsum), and for a member row, at column x (the token's column, or for
+ *      the multi-turn one its ordinal among the row's policy tokens), num[g, x] += G * W and
+ *      den[g, x] += W, rows in order (index_add_'s order);
+ *   2. b[g, x] = num / (den + 1e-8);
+ *   3. adv = (G - b) * m over every column (the column version: -0.0 and NaN as the multiply
+ *      gives them), or G - b on policy tokens and 0 elsewhere (the ordinal version), with b = 0
+ *      for rows whose use_b is 0 and from column/ordinal tail[b] on (the zero tail).
+ * e = exp(logprobs) comes from torch (its vectorised exp rounds as the torch path's). Rows run on
+ * one thread: the sums' order is the rows' order. */
+
+/* Pass 1 of one row (returns backwards, then the forward cumulative weights into the group's
+ * sums); also writes the row's policy flags to pol (read again by pass 3 instead of the mask). */
+#define OTB_ROW(VT, MT)                                                              \
+    {                                                                                \
+        const VT *restrict r = (const VT *)r_ + b * T, *restrict e = (const VT *)e_ + b * T; \
+        const VT *restrict spp = (const VT *)spp_ + b * T;                           \
+        const MT *restrict m = (const MT *)m_ + b * T;                               \
+        VT *restrict ret = (VT *)ret_ + b * T;                                       \
+        uint8_t *restrict p = pol + b * T;                                           \
+        for (int64_t t = 0; t < T; ++t) p[t] = m[t] != 0;                            \
+        double A = 0.0;                                                              \
+        for (int64_t t = T - 1; t >= 0; --t) {                                       \
+            if (p[t]) {                                                              \
+                const double d = ((double)r[t] - 0.0) + 1.0 * 0.0;                   \
+                A = d + 1.0 * A;                                                     \
+                ret[t] = (VT)A;                                                      \
+            } else {                                                                 \
+                ret[t] = 0;                                                          \
+            }                                                                        \
+        }                                                                            \
+        if (member[b]) {                                                             \
+            VT *restrict nr = (VT *)num_ + grp[b] * X, *restrict dr = (VT *)den_ + grp[b] * X; \
+            double acc = 0.0; /* torch's cumsum: a double sum; off-policy terms are +0 */ \
+            int64_t k = 0;                                                           \
+            for (int64_t t = 0; t < T; ++t) {                                        \
+                if (!p[t]) continue;                                                 \
+                const VT two_e = (VT)2 * e[t];                                       \
+                const VT w = ((VT)1 - two_e) + spp[t];                               \
+                acc += (double)w;                                                    \
+                const VT W = (VT)acc;                                                \
+                const int64_t x = tir ? k++ : t;                                     \
+                const VT gw = ret[t] * W;                                            \
+                nr[x] += gw;                                                         \
+                dr[x] += W;                                                          \
+            }                                                                        \
+        }                                                                            \
+    }
+
+/* Pass 3 of one row. */
+#define OTB_OUT(VT)                                                                  \
+    {                                                                                \
+        const uint8_t *restrict p = pol + b * T;                                     \
+        const VT *restrict ret = (const VT *)ret_ + b * T;                           \
+        VT *restrict adv = (VT *)adv_ + b * T;                                       \
+        const VT *restrict br = (const VT *)num_ + grp[b] * X;                       \
+        const int64_t from = use_b[b] ? tail[b] : 0;                                 \
+        if (tir) {                                                                   \
+            int64_t k = 0;                                                           \
+            for (int64_t t = 0; t < T; ++t) {                                        \
+                if (p[t]) {                                                          \
+                    adv[t] = ret[t] - (k < from ? br[k] : (VT)0);                    \
+                    ++k;                                                             \
+                } else {                                                             \
+                    adv[t] = 0;                                                      \
+                }                                                                    \
+            }                                                                        \
+        } else {                                                                     \
+            const int64_t lim = from < T ? from : T;                                 \
+            for (int64_t t = 0; t < lim; ++t) adv[t] = (ret[t] - br[t]) * (VT)p[t];  \
+            for (int64_t t = lim; t < T; ++t) adv[t] = (ret[t] - (VT)0) * (VT)p[t];  \
+        }                                                                            \
+    }
+
+#define OTB_PASS1(VT)                                                                \
+    for (int64_t b = 0; b < B; ++b) {                                                \
+        switch (mk) {                                                                \
+        case M_I64: OTB_ROW(VT, int64_t) break;                                      \
+        case M_I32: OTB_ROW(VT, int32_t) break;                                      \
+        case M_U8: OTB_ROW(VT, uint8_t) break;                                       \
+        case M_F32: OTB_ROW(VT, float) break;                                        \
+        default: OTB_ROW(VT, double) break;                                          \
+        }                                                                            \
+    }
+
+#define OTB_ALL(VT)                                                                  \
+    {                                                                                \
+        OTB_PASS1(VT)                                                                \
+        VT *restrict num = (VT *)num_;                                               \
+        const VT *restrict den = (const VT *)den_;                                   \
+        for (int64_t i = 0; i < G * X; ++i) num[i] = num[i] / (den[i] + (VT)1e-8);   \
+        for (int64_t b = 0; b < B; ++b) OTB_OUT(VT)                                  \
+    }
+
+BC_TARGETS static void otb_run(const void *r_, const void *m_, const void *e_, const void *spp_,
+                               const int64_t *grp, const uint8_t *member, const uint8_t *use_b,
+                               const int64_t *tail, void *ret_, void *adv_, void *num_, void *den_,
+                               uint8_t *pol, int64_t B, int64_t T, int64_t G, int64_t X, int tir,
+                               int vk, int mk) {
+    if (vk == V_F32)
+        OTB_ALL(float)
+    else
+        OTB_ALL(double)
+}
+
+static PyObject *native_otb(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long pr, pm, pe, pspp, pgrp, pmember, puse, ptail, pret, padv, pnum, pden;
+    long long B, T, G, X;
+    int tir, vk, mk;
+    if (!PyArg_ParseTuple(args, "KKKKKKKKKKKKLLLLiii", &pr, &pm, &pe, &pspp, &pgrp, &pmember, &puse,
+                          &ptail, &pret, &padv, &pnum, &pden, &B, &T, &G, &X, &tir, &vk, &mk))
+        return NULL;
+    if (B < 0 || T < 0 || G < 0 || X < 0 || vk < V_F32 || vk > V_F64 || mk < M_I64 || mk > M_F64) {
+        PyErr_SetString(PyExc_ValueError, "bad shape or dtype code");
+        return NULL;
+    }
+    const void *r_ = (const void *)(uintptr_t)pr, *m_ = (const void *)(uintptr_t)pm;
+    const void *e_ = (const void *)(uintptr_t)pe, *spp_ = (const void *)(uintptr_t)pspp;
+    const int64_t *grp = (const int64_t *)(uintptr_t)pgrp, *tail = (const int64_t *)(uintptr_t)ptail;
+    const uint8_t *member = (const uint8_t *)(uintptr_t)pmember, *use_b = (const uint8_t *)(uintptr_t)puse;
+    void *ret_ = (void *)(uintptr_t)pret, *adv_ = (void *)(uintptr_t)padv;
+    void *num_ = (void *)(uintptr_t)pnum, *den_ = (void *)(uintptr_t)pden;
+    uint8_t *pol = (uint8_t *)malloc(B * T > 0 ? (size_t)(B * T) : 1);
+    if (!pol) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    otb_run(r_, m_, e_, spp_, grp, member, use_b, tail, ret_, adv_, num_, den_, pol, B, T, G, X, tir,
+            vk, mk);
+    Py_END_ALLOW_THREADS
+    free(pol);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"gae", native_gae, METH_VARARGS,
      "gae(r, v, m, lv, adv, tgt, B, T, gamma, lam, vkind, mkind, threads): masked token-level "
@@ -742,6 +880,9 @@ static PyMethodDef methods[] = {
     {"masked_returns", native_masked_returns, METH_VARARGS,
      "masked_returns(r, m, base, ret, adv, B, T, gamma, vkind, mkind, threads): discounted "
      "returns over policy tokens (no values read); adv = ret - base[b] when base and adv are given."},
+    {"otb", native_otb, METH_VARARGS,
+     "otb(r, m, e, spp, grp, member, use_b, tail, ret, adv, num, den, B, T, G, X, tir, vkind, "
+     "mkind): verl's optimal token baselines (see estimators/dialects/verl.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -250,3 +250,53 @@ def masked_returns(
         threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
         _native.masked_returns(*map(_addr, (r, m, base, ret, adv)), B, T, float(gamma), vk, mk, threads)
     return ret, adv
+
+
+def otb(
+    rewards: Tensor,
+    mask: Tensor,
+    exp_logprobs: Tensor,
+    sum_pi_squared: Tensor,
+    groups: Tensor,
+    member: Tensor,
+    use_baseline: Tensor,
+    tail_from: Tensor,
+    n_groups: int,
+    width: int,
+    tir: bool,
+) -> tuple[Tensor, Tensor] | None:
+    """(advantages, returns) of verl's optimal token baseline (``tir``: the multi-turn one, by the
+    ordinal of the policy token) in three passes per row; the group bookkeeping comes from the
+    caller (``estimators/dialects/verl.py``): ``groups`` [B] group ids, ``member`` [B] rows that
+    count in their group, ``use_baseline`` [B] rows that get one, ``tail_from`` [B] the column
+    (ordinal) from which their baseline is 0, ``width`` columns (T, or the most policy tokens in a
+    row). ``rewards``, ``exp_logprobs`` (``torch.exp(logprobs)``), ``sum_pi_squared`` [B, T] of
+    one float dtype. None when the kernel does not apply."""
+    if not enabled() or _native is None:
+        return None
+    vk, mk = _V_KINDS.get(rewards.dtype), _M_KINDS.get(mask.dtype)
+    if (
+        vk is None
+        or mk is None
+        or exp_logprobs.dtype != rewards.dtype
+        or sum_pi_squared.dtype != rewards.dtype
+    ):
+        return None
+    if any(x.device.type != "cpu" for x in (rewards, mask, exp_logprobs, sum_pi_squared, groups)):
+        return None
+    m = mask.contiguous()
+    if m.dtype == torch.bool:
+        m = m.view(torch.uint8)
+    B, T = rewards.shape
+    r, e, spp = rewards.contiguous(), exp_logprobs.contiguous(), sum_pi_squared.contiguous()
+    grp = groups.to(torch.int64).contiguous()
+    mem = member.to(torch.uint8).contiguous()
+    use = use_baseline.to(torch.uint8).contiguous()
+    tail = tail_from.to(torch.int64).contiguous()
+    ret, adv = torch.empty(B, T, dtype=r.dtype), torch.empty(B, T, dtype=r.dtype)
+    num = torch.zeros(n_groups, width, dtype=r.dtype)
+    den = torch.zeros(n_groups, width, dtype=r.dtype)
+    if B * T:
+        bufs = (r, m, e, spp, grp, mem, use, tail, ret, adv, num, den)
+        _native.otb(*map(_addr, bufs), B, T, n_groups, width, int(tir), vk, mk)
+    return adv, ret

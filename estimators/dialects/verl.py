@@ -211,6 +211,9 @@ def _otb(inp: EstimatorInput, tir: bool) -> EstimatorOutput:
     """``estimators.verl_family``'s optimal token baselines (zero tail on, eps 1e-8), with the
     undiscounted returns from the one-pass kernel."""
     lp, spp = _otb_inputs(inp)
+    fused = _otb_native(inp, lp, spp, tir)
+    if fused is not None:
+        return fused
     m = policy(inp)
     B, T = m.shape
     g = returns_over(inp.rewards, m, 1.0)
@@ -238,6 +241,32 @@ def _otb(inp: EstimatorInput, tir: bool) -> EstimatorOutput:
         ordinal = torch.arange(lay.width, device=g.device)[None, :] - 1  # column 0 is the dummy
         b = b.masked_fill((uniq & (cnt[inv] > 1))[:, None] & (ordinal >= second[:, None]), 0)
     return EstimatorOutput(advantages=lay.gather(gc - b), value_targets=g)
+
+
+def _otb_native(inp: EstimatorInput, lp: Tensor, spp: Tensor, tir: bool) -> EstimatorOutput | None:
+    """:func:`_otb` through the compiled kernel (``estimators.native.otb``: the same roundings),
+    the per-group bookkeeping ([B] and [G] tensors) here; None when the kernel does not apply."""
+    dtype = float_dtype(inp)
+    counts = native.row_counts(inp.mask)
+    if counts is None:
+        return None
+    B, T = inp.mask.shape
+    inv, ng = group_ids(inp.groups, B)
+    member = counts > 0 if tir else torch.ones(B, dtype=torch.bool)
+    cnt = torch.zeros(ng, dtype=torch.long).index_add_(0, inv, member.long())
+    use = member & (cnt[inv] > 1)
+    width = max(int(counts.max().item()), 1) if tir and B else T
+    tail = torch.full((B,), width, dtype=torch.long)
+    if B:
+        uniq, second = V._zero_tail_rows(counts, inv, ng, member)
+        tail = torch.where(uniq & (cnt[inv] > 1), second, tail)
+    r = inp.rewards.to(dtype)
+    fused = native.otb(
+        r, inp.mask, torch.exp(lp.to(dtype)), spp.to(dtype), inv, member, use, tail, ng, width, tir
+    )
+    if fused is None:
+        return None
+    return EstimatorOutput(advantages=fused[0], value_targets=fused[1])
 
 
 # ---- outcome ------------------------------------------------------------------------------------

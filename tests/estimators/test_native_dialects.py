@@ -130,3 +130,53 @@ def test_whiten_rows_is_whitening_the_broadcast(mask_dtype, dtype):
     one = torch.zeros(2, 3, dtype=mask_dtype)
     one[1, 2] = 1  # a single policy token: nothing to whiten against
     assert whiten_rows(torch.tensor([1.0, 2.0], dtype=dtype), one).abs().max().item() == 0.0
+
+
+def _otb_batches():
+    """test_dialects_verl's batches (tool spans, a group of one, float32) plus edge rows: a row
+    with no policy token (the multi-turn baseline leaves it out of its group), a group whose
+    longest row is unique (the zero tail), a group of two equal lengths (no tail)."""
+    from tests.estimators.test_dialects_verl import batch
+
+    out = [batch(0), batch(1, singleton=True), batch(2, dtype=torch.float32)]
+    edge = batch(3)
+    edge.mask = edge.mask.clone()
+    edge.mask[5] = 0
+    edge.mask[8:12, 30:] = 0
+    edge.mask[9, 20:] = 1  # row 9 the unique longest of its group
+    out.append(edge)
+    return out
+
+
+@pytest.mark.parametrize("name", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_otb_kernel_is_the_torch_path_bit_for_bit(name, monkeypatch):
+    import estimators.dialects.verl as verl_dialects
+    from estimators import compute
+
+    for inp in _otb_batches():
+        ours = compute(f"verl:{name}", inp)
+        with monkeypatch.context() as mp:
+            mp.setattr(verl_dialects, "_otb_native", lambda *_: None)  # the torch passes
+            ref = compute(f"verl:{name}", inp)
+        _same(ours.advantages, ref.advantages)
+        _same(ours.value_targets, ref.value_targets)
+
+
+@pytest.mark.verl
+@pytest.mark.parametrize("name", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_otb_kernel_against_verl_on_edge_rows(name):
+    """The installed verl 0.9.1 functions on the edge batch (float64: to 1e-12 on policy tokens)."""
+    import numpy as np
+
+    from estimators import compute
+    from tests.estimators.trainer_refs import close
+
+    v = pytest.importorskip("verl.trainer.ppo.core_algos")
+    fn = {
+        "optimal_token_baseline": v.compute_optimal_token_baseline_advantage,
+        "tir_optimal_token_baseline": v.compute_multi_turn_optimal_token_baseline_advantage,
+    }[name]
+    inp = _otb_batches()[3]
+    uid = np.array([f"uid-{int(g)}" for g in inp.groups], dtype=object)
+    want, _ = fn(inp.rewards, inp.mask, uid, inp.logprobs, inp.sum_pi_squared)
+    close(compute(f"verl:{name}", inp).advantages, want, inp.mask)
