@@ -1,4 +1,5 @@
-"""opencode sessions: a coding agent's plugin hook log read back into its transcripts.
+"""opencode sessions: a coding agent's plugin hook log, or its ``opencode export`` file, read back
+into its transcripts.
 
 opencode (the terminal coding agent) hands its plugins every bus event and a few hooks; a plugin
 that logs them writes one JSON array per line, ``[hook, input, output]``:
@@ -13,6 +14,9 @@ that logs them writes one JSON array per line, ``[hook, input, output]``:
 * ``["experimental.chat.system.transform", {sessionID, model}, {system: [text]}]`` — the system
   prompt of a model call;
 * ``["tool.definition", {toolID}, {description, parameters}]`` — the tools offered.
+
+``opencode export SESSION`` writes ``{"info": session, "messages": [{"info": message, "parts":
+[part, ...]}], "todos": [...]}``: the same messages and parts, stored whole (no system prompt).
 
 Each session is one transcript: its system prompt (the one sent to the session's own model, not
 a side call's such as the title generator), then its messages in the order they were created, each
@@ -150,6 +154,39 @@ def sessions(records: Iterable[Any]) -> list[Session]:
         if is_hook_line(obj):
             log.read(obj)
     return sorted(log.sessions.values(), key=lambda s: s.seen)
+
+
+def is_export(obj: Any) -> bool:
+    """True for what ``opencode export`` writes: ``{info: session, messages: [{info, parts}]}``."""
+    msgs = obj.get("messages") if isinstance(obj, dict) else None
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("info"), dict)
+        and isinstance(msgs, list)
+        and bool(msgs)
+        and all(
+            isinstance(m, dict) and isinstance(m.get("info"), dict) and isinstance(m.get("parts"), list)
+            for m in msgs[:8]
+        )
+    )
+
+
+def export_session(obj: dict[str, Any]) -> Session:
+    """The session of an ``opencode export`` file (its messages and their parts as stored; it has
+    no system prompt)."""
+    log = _Log()
+    info = obj["info"]
+    sid = info.get("id") if isinstance(info.get("id"), str) else "session"
+    for m in obj["messages"]:
+        log.n += 1
+        minfo = {"sessionID": sid, **m["info"]}
+        log.add_info(minfo)
+        for p in m["parts"]:
+            if isinstance(p, dict):
+                log.add_part({"sessionID": sid, **p}, minfo.get("id"))
+    s = log.sessions.get(sid) or Session(sid, 0)
+    s.title = info.get("title") if isinstance(info.get("title"), str) else None
+    return s
 
 
 def _text(s: Session, part: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ from app.ingest import _notes
 from app.ingest._common import Record
 from app.ingest._containers import is_gzip, is_torch_zip, json_members, records
 from app.ingest._document import Document
-from app.ingest._opencode import is_hook_line, session_record, sessions
+from app.ingest._opencode import Session, export_session, is_export, is_hook_line, session_record, sessions
 from app.ingest._registry import Pair, register_format
 from app.ingest._run_trees import is_run, merge_runs, trace_record, traces
 from app.ingest._structure import (
@@ -70,6 +70,7 @@ def sniff(doc: Document) -> bool:
     return (
         _is_message_record(first)
         or is_run(first)
+        or is_export(first)
         or plan_of(first) is not None
         or _notes.describe(first) is not None
     )
@@ -132,7 +133,19 @@ def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[
         yield from _one_transcript(first_rec, it)
         return
     if is_hook_line(first_rec.obj):
-        yield from _opencode_sessions(first_rec, it)
+        objs = [first_rec.obj, *(r.obj for r, _ in it)]
+        yield from _opencode_sessions(
+            first_rec,
+            sessions(objs),
+            f"an opencode plugin's hook log ({len(objs)} lines of [hook, payload])",
+            "opencode hook log",
+        )
+        return
+    if is_export(first_rec.obj):
+        found = [export_session(first_rec.obj), *(export_session(r.obj) for r, _ in it if is_export(r.obj))]
+        yield from _opencode_sessions(
+            first_rec, found, "an opencode session export", "opencode session export"
+        )
         return
     if _is_event_tuple(first_rec.obj):
         yield from _event_stream(first_rec, it)
@@ -268,14 +281,13 @@ def _event_stream(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator
     yield first.line, built.episode
 
 
-def _opencode_sessions(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator[Pair]:
-    """An opencode plugin's hook log (app/ingest/_opencode.py): one episode per session in which
-    the model speaks."""
-    objs = [first.obj, *(r.obj for r, _ in rest)]
+def _opencode_sessions(first: Record, found: list[Session], what: str, kind: str) -> Iterator[Pair]:
+    """opencode sessions (app/ingest/_opencode.py: a plugin's hook log or ``opencode export``
+    files; ``what`` says which): one episode per session in which the model speaks."""
     n = missing = 0
     problems: list[str] = []
     unknown: dict[str, int] = {}
-    for sess in sessions(objs):
+    for sess in found:
         rec = session_record(sess)
         if not any(m["role"] == "assistant" for m in rec["messages"]):
             problems.append(f"session {sess.id}: no message of the model")
@@ -288,12 +300,11 @@ def _opencode_sessions(first: Record, rest: Iterator[tuple[Record, str]]) -> Ite
             continue
         n += 1
         missing += built.reward_missing
-        built.episode.meta["format_of_file"] = "opencode hook log"
+        built.episode.meta["format_of_file"] = kind
         yield first.line, built.episode
     if n == 0:
         raise _not_episodes(
-            f"this is an opencode plugin's hook log ({len(objs)} lines of [hook, payload]) in which no "
-            "session has a message of the model"
+            f"this is {what} in which no session has a message of the model"
             + (f" ({'; '.join(problems[:3])})" if problems else "")
             + ": there is nothing to give credit to."
         )

@@ -8,6 +8,9 @@ properties}}]`` bus events (``message.updated``, ``message.part.updated`` with t
 tool parts whose ``state`` goes pending → running → completed or error, ``message.part.delta``),
 ``["chat.message", input, {message, parts}]``, ``["experimental.chat.system.transform", {sessionID,
 model}, {system}]`` (the title generator's call included) and ``["tool.definition", ...]``.
+An ``opencode export`` file is written in the shape its command writes it (anomalyco/opencode
+``packages/opencode/src/cli/cmd/export.ts`` @ 07fa81066b429d56c0e74a51d201010efb586b63:
+``{info: session, messages: [{info, parts}], todos}``).
 """
 
 from __future__ import annotations
@@ -158,3 +161,33 @@ def test_a_log_without_a_model_message_says_what_it_is():
         "opencode plugin's hook log (3 lines" in e.value.message
         and "no message of the model" in e.value.message
     )
+
+
+def test_an_opencode_export_file_opens_as_its_session():
+    export = {
+        "info": {"id": S, "title": "Project overview", "time": {"created": 1, "updated": 2}},
+        "messages": [
+            {"info": {"id": "m0", "sessionID": S, "role": "user", "time": {"created": 10}},
+             "parts": [{"id": "p0", "messageID": "m0", "type": "text", "text": "Describe the project"}]},
+            {"info": {"id": "m1", "sessionID": S, "role": "assistant", "time": {"created": 20}},
+             "parts": [
+                 {"id": "p1", "messageID": "m1", "type": "step-start"},
+                 {"id": "p2", "messageID": "m1", "type": "tool", "tool": "read", "callID": "c1",
+                  "state": {"status": "completed", "input": {"filePath": "README.md"}, "output": "# ls-opencode"}},
+             ]},
+            {"info": {"id": "m2", "sessionID": S, "role": "assistant", "time": {"created": 30}},
+             "parts": [{"id": "p3", "messageID": "m2", "type": "text", "text": "A LangSmith plugin."}]},
+        ],
+        "todos": [],
+    }  # fmt: skip
+    raw = json.dumps(export, indent=2).encode()
+    assert detect(Document.of(raw)) == "transcript"
+    with _notes.collecting():
+        [ep] = [e for _, e in episodes(Document.of(raw))]
+    policy = _spans(ep, "policy")
+    assert (
+        len(policy) == 2 and "README.md" in policy[0] and policy[1].strip().startswith("A LangSmith plugin.")
+    )
+    assert ["# ls-opencode" in t for t in _spans(ep, "tool")] == [True]
+    assert "Describe the project" in "".join(_spans(ep, "prompt"))
+    assert (ep.meta["title"], ep.meta["format_of_file"]) == ("Project overview", "opencode session export")
