@@ -13,7 +13,7 @@ from tolist().
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,8 @@ class RowContext:
     critic: str
     as_numpy: bool
     audit: Any = None  # the batch audit seen from this episode, when an audit row is asked for
+    # {scheme: {option: value}}: the trainers' dialects' own options (app/core/schemes.py).
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def policy(self) -> np.ndarray:
@@ -132,9 +134,11 @@ AFTER_ROWS = frozenset({"loss_weights"})
 def registry_row(q: RowContext, spec: EstimatorSpec) -> Row:
     """Scheme ``spec`` on this episode, run where its ``reads`` say (see the module docstring)."""
     name, T = spec.name, len(q.ep.kinds)
+    opts = q.options.get(name, {})
     extras = None
     if spec.kind == "outcome":
-        a = q.ctx.episode_outcome(name)  # None unless it reads only per-episode summaries
+        # None unless it reads only per-episode summaries (memoised without options: none then).
+        a = q.ctx.episode_outcome(name) if not opts else None
         if a is not None:
             adv = np.where(q.policy, a, 0.0)
         else:  # it reads other episodes' tokens: the padded batch, within the work budget
@@ -143,18 +147,22 @@ def registry_row(q: RowContext, spec: EstimatorSpec) -> Row:
             )
             arrays, row = rewarded_only(q.ctx.arrays(), q.ctx.index)
             inp = padded_batch(arrays, spec, critic=q.critic, gamma=q.gamma, lam=q.lam)
-            adv = run_estimator(name, inp).advantages[row, :T].numpy()
+            adv = run_estimator(name, inp, **opts).advantages[row, :T].numpy()
     elif "groups" in spec.reads:
         # It compares the episode with its group (and the group's turns): the group's rows give
         # the same numbers as the whole batch.
         # Members without a reward are left out (their score of 0 is not an outcome).
         members, row = rewarded_only(*q.ctx.group_arrays(name))
-        res = run_estimator(name, padded_batch(members, spec, critic=q.critic, gamma=q.gamma, lam=q.lam))
+        inp = padded_batch(members, spec, critic=q.critic, gamma=q.gamma, lam=q.lam)
+        res = run_estimator(name, inp, **opts)
         adv = res.advantages[row, :T].numpy()
         extras = turn_extras(res.extras, row, q.ep, q.as_numpy) or None
     else:
-        adv = run_estimator(name, q.single).advantages[0].numpy()
-    return Row(adv, spec.label, spec.kind, extras=extras)
+        adv = run_estimator(name, q.single, **opts).advantages[0].numpy()
+    # An option away from the trainer's default is part of what the row shows.
+    changed = [f"{k}={sc.option_text(v)}" for k, v in opts.items() if v != spec.params.get(k)]
+    label = f"{spec.label} ({', '.join(changed)})" if changed else spec.label
+    return Row(adv, label, spec.kind, extras=extras)
 
 
 # ---- the payload -------------------------------------------------------------------------------
@@ -179,6 +187,7 @@ def episode_advantages(
     critic: str = sc.DEFAULT_CRITIC,
     as_numpy: bool = False,
     loss: lv.LossParams | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The advantages payload of one episode (the JSON of GET /api/episodes/{slug}/advantages).
 
@@ -203,7 +212,7 @@ def episode_advantages(
     if ctx is None:
         ctx = BatchContext(groups=[ep.group], scores=np.array([ep.score]), index=0, _arrays=[ep])
     single = episode_row(ep, gamma=gamma, lam=lam, critic=critic)
-    q = RowContext(ep, ctx, single, gamma, lam, baseline, critic, as_numpy)
+    q = RowContext(ep, ctx, single, gamma, lam, baseline, critic, as_numpy, options=dict(options or {}))
     if NEEDS_AUDIT.intersection(names):
         if ctx.audit is None:
             raise ApiError(
@@ -255,7 +264,14 @@ def episode_advantages(
         "batch_id": ep.batch_id,
         "group": ep.group,
         "n_tokens": T,
-        "params": {"gamma": gamma, "lam": lam, "baseline": baseline, "critic": critic, "schemes": names},
+        "params": {
+            "gamma": gamma,
+            "lam": lam,
+            "baseline": baseline,
+            "critic": critic,
+            "schemes": names,
+            **({"options": options} if options else {}),
+        },
         "episode": {
             "reward": ep.reward,
             "truncated": ep.truncated,

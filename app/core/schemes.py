@@ -190,3 +190,98 @@ def client_config() -> dict[str, Any]:
         "no_critic": NO_CRITIC,
         "defaults": defaults(),
     }
+
+
+# ---- a trainer's options -----------------------------------------------------------------------
+# A dialect's parameters are the trainer's own config keys (TRL `scale_rewards`, verl
+# `norm_adv_by_std_in_grpo`, ...). In a link or an API query they are keys of their own
+# (`?scheme=trl:grpo&scale_rewards=none`), applied to every scheme shown that takes them; a
+# batch whose trainer config sets them opens with them (app/core/trainers.py config_query).
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def options_of(name: str) -> dict[str, Any]:
+    """The options (parameters with their defaults) of trainer dialect ``name``; {} for any other
+    scheme (a service scheme, a reference estimator, an unknown name)."""
+    from estimators import available
+
+    spec = available().get(name)
+    return dict(spec.params) if spec is not None and spec.trainer is not None else {}
+
+
+def option_names(schemes: Collection[str]) -> list[str]:
+    """The option keys the dialects among ``schemes`` take, in their order (each once)."""
+    out: list[str] = []
+    for s in schemes:
+        out += [p for p in options_of(s) if p not in out]
+    return out
+
+
+def option_text(value: Any) -> str:
+    """An option's value as a link writes it (``true``, ``none``, ``-10,10``, ``group``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, list | tuple):
+        return ",".join(option_text(v) for v in value)
+    return str(value)
+
+
+def parse_option(name: str, param: str, raw: Any) -> Any:
+    """``raw`` (text from a link, or a config's value) as dialect ``name``'s option ``param``, typed
+    like its default; ApiError 422 ``bad_parameter`` saying what it takes."""
+    from app.core.errors import ApiError
+
+    default = options_of(name)[param]
+    text = option_text(raw).strip() if not isinstance(raw, str) else raw.strip()
+
+    def bad(takes: str) -> ApiError:
+        return ApiError(
+            422,
+            "bad_parameter",
+            f"option `{param}` of {name} is {text[:60]!r}; it takes {takes} (default {option_text(default)}).",
+            field=param,
+        )
+
+    if isinstance(default, bool):
+        if text.lower() in _TRUE | _FALSE:
+            return text.lower() in _TRUE
+        raise bad("true or false")
+    if isinstance(default, tuple):
+        parts = [p for p in text.strip("()[] ").replace(" ", "").split(",") if p]
+        try:
+            nums = tuple(float(p) for p in parts)
+        except ValueError:
+            raise bad(f"{len(default)} numbers, comma-separated") from None
+        if len(nums) != len(default):
+            raise bad(f"{len(default)} numbers, comma-separated")
+        return nums
+    if isinstance(default, int | float) or default is None:
+        if default is None and text.lower() in ("none", "null", ""):
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            if default is None:  # an option whose default is None may also name a level ("group")
+                return text
+            raise bad("a number") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise bad("a finite number")
+        return int(value) if isinstance(default, int) and value.is_integer() else value
+    if isinstance(default, str) and isinstance(raw, bool):
+        return raw  # TRL's scale_rewards=True/False: the dialect reads a bool as the trainer does
+    return text
+
+
+def parse_options(schemes: Collection[str], given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{scheme: {option: typed value}} for the dialects among ``schemes`` and the options in
+    ``given`` (query keys, or a config's values) that each takes; 422 for a value it cannot take."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in schemes:
+        mine = {p: parse_option(s, p, given[p]) for p in options_of(s) if p in given}
+        if mine:
+            out[s] = mine
+    return out

@@ -156,3 +156,29 @@ def discount_of(config: Mapping[str, Any] | None) -> tuple[float | None, float |
         v = _find(config or {}, names)
         out.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None)
     return out[0], out[1]
+
+
+def config_query(trainer: str | None, config: Mapping[str, Any] | None) -> dict[str, str]:
+    """The view a batch of ``trainer`` with ``config`` opens with, as query keys: the config's
+    gamma and lambda, and every option of the trainer's dialects its config sets (by the option's
+    name, the last part of the trainer's config key), as a link writes them. {} without either."""
+    if trainer is None or not config:
+        return {}
+    from app.core.schemes import option_text, options_of
+
+    out: dict[str, str] = {}
+    gamma, lam = discount_of(config)
+    if gamma is not None and 0.0 <= gamma <= 1.0:
+        out["gamma"] = f"{gamma:g}"
+    if lam is not None and 0.0 <= lam <= 1.0:
+        out["lam"] = f"{lam:g}"
+    from estimators.registry import available
+
+    for name, spec in available().items():
+        if spec.trainer != trainer:
+            continue
+        for param in options_of(name):
+            v = _find(config, (param.lower(),))
+            if v is not None and param not in out:
+                out[param] = option_text(v)
+    return out

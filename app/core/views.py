@@ -76,6 +76,7 @@ QUERY_KEYS: tuple[tuple[str, str, str, str], ...] = (
     ("lam", "lam", "num", "always"),
     ("baseline", "baseline", "str", "always"),
     ("critic", "critic", "str", "always"),
+    ("options", "options", "params", "set"),
     ("signal", "signals", "list", "set"),
     ("loss", "loss", "str", "row:loss_weights"),
     ("agg", "agg", "str", "row:loss_weights"),
@@ -109,6 +110,9 @@ class EpisodeView:
     tok: int | None = None
     chart: bool = False
     signals: list[str] = field(default_factory=list)
+    # The options of the trainers' dialects shown (their own config keys: scale_rewards,
+    # norm_adv_by_std_in_grpo, ...) as the URL writes them; app/core/schemes.py parse_options.
+    options: dict[str, str] = field(default_factory=dict)
     # The `loss_weights` row's loss x aggregation x correction (app/compute/loss_view.py); in the
     # query only when that row is shown, so older links stay canonical.
     # The defaults are the default loss's (app/core/losses.py, from the loss registry). agg,
@@ -141,6 +145,7 @@ class EpisodeView:
         if inputs is not None:
             if q.get("scheme") is None:
                 view.schemes = default_rows(inputs(view.critic), trainer_rows)
+                view.options = {k: q[k] for k in sc.option_names(view.schemes) if k in q}
             elif q.get("critic") is None and view.needs_critic_fallback(inputs):
                 view.critic = sc.NO_CRITIC
         return view
@@ -183,6 +188,7 @@ class EpisodeView:
             tok=int(tok_raw) if tok_raw.isdigit() else None,
             chart=q.get("chart") == "1",
             signals=signals,
+            options={k: q[k] for k in sc.option_names(schemes) if k in q},
             loss=loss,
             agg=verl["agg"],
             rollout_is=verl["rollout_is"],

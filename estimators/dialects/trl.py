@@ -60,7 +60,9 @@ def _group_stats_f32(r: Tensor, inp: EstimatorInput) -> tuple[Tensor, Tensor]:
 
 def advantages(inp: EstimatorInput, scale_rewards: str | bool = "group") -> Tensor:
     """[B] float32 TRL GRPO advantages of the rows of ``inp`` (see the module docstring)."""
-    scale = "group" if scale_rewards is True else "none" if scale_rewards is False else scale_rewards
+    # GRPOConfig turns the older bool into a level; a config file or a link spells it as text.
+    scale = "group" if scale_rewards in (True, "true", "True") else scale_rewards
+    scale = "none" if scale in (False, "false", "False") else scale
     if scale not in SCALES:
         raise ValueError(f"scale_rewards must be one of {', '.join(SCALES)}, got {scale_rewards!r}")
     r = row_sums(inp).to(torch.float32)  # rewards_per_func is a float32 tensor

@@ -10,12 +10,14 @@ from sqlmodel import Session
 from app.compute import loss_view as lv
 from app.compute.advantages import episode_advantages
 from app.compute.batch import BatchContext
+from app.compute.params import parse_schemes
 from app.core import schemes as sc
 from app.core.arrays import EpisodeArrays
 from app.core.errors import not_found
 from app.core.schemas import AdvantagesOut, EpisodeOut, ErrorOut, SignalsOut
 from app.core.settings import Settings
 from app.core.signals import available_signals, parse_signals, signal_rows
+from app.core.trainers import config_query
 from app.http.api import losses as loss_api
 from app.http.api._json import json_response
 from app.http.api.deps import require_write
@@ -23,7 +25,7 @@ from app.storage.audits import episode_audit
 from app.storage.batch_cache import batch_summary
 from app.storage.codecs import episode_arrays, episode_to_native
 from app.storage.db import SessionDep
-from app.storage.episodes import batch_episodes, episodes_by_slug
+from app.storage.episodes import batch_episodes, episode_trainer_by_slug, episodes_by_slug
 from app.storage.models import Batch
 from app.storage.store import batch_ref, delete_episode, episode_or_404, get_batch
 
@@ -75,6 +77,13 @@ def batch_context(session: Session, batch_id: int, slug: str, settings: Settings
     return ctx
 
 
+def _number(text: str | None, default: float) -> float:
+    try:
+        return default if text is None else float(text)
+    except ValueError:
+        return default
+
+
 @router.get(
     "/api/episodes/{slug}/advantages",
     response_model=AdvantagesOut,
@@ -110,6 +119,11 @@ def get_advantages(
     arrays = episode_arrays(ep)
     ctx = batch_context(session, ep.batch_id, ep.slug, request.app.state.settings)
     ctx.audit = lambda: episode_audit(session, ep, request.app.state.settings)
+    # The trainer's config (its batch's) sets gamma, lambda and its dialects' options that the
+    # query does not; a dialect's option is a query key of its own (`scale_rewards=none`).
+    given = {**config_query(*episode_trainer_by_slug(session, slug)), **request.query_params}
+    gamma = gamma if "gamma" in request.query_params else _number(given.get("gamma"), gamma)
+    lam = lam if "lam" in request.query_params else _number(given.get("lam"), lam)
     payload = episode_advantages(
         arrays,
         ctx,
@@ -120,6 +134,7 @@ def get_advantages(
         critic=critic,
         as_numpy=True,
         loss=loss_params,
+        options=sc.parse_options(parse_schemes(scheme), given),
     )
     payload["params"]["signals"] = signals
     payload["available_signals"] = available_signals(arrays)

@@ -105,6 +105,8 @@ async def episode_page(request: Request, slug: str, session: SessionDep) -> Resp
     trainer, config = episode_trainer_by_slug(session, slug)
     dialect = trainers.dialect_of(trainer, config)
     rows = [] if dialect is None else [dialect, *filter(None, [schemes.reference_of(dialect)])]
+    # Its config's gamma, lambda and dialect options, unless the link says otherwise.
+    q = {**trainers.config_query(trainer, config), **q}
     view = st.EpisodeView.from_query(q, set(schemes.names()), inputs, rows)
     api = urls.api_advantages(slug, view)
     page = {"page": "episode", "slug": slug, "view": view.to_dict(), "query": view.query()}
