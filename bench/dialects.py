@@ -11,11 +11,15 @@ micro-batches of 8 rows; SkyRL 0.3.0: ``ppo_utils.compute_advantages_and_returns
 response mask). TRL computes its GRPO advantages inline in ``GRPOTrainer``: only ours is timed.
 A trainer that is not installed is skipped (``make install`` installs them all).
 
-Figures: ``<dialect>.ours_s``, ``.trainer_s`` (medians; a trainer's loop once, it takes seconds),
+Figures: ``<dialect>.ours_s``, ``.trainer_s`` (medians after a warm-up, ours and the trainer's
+timed round-robin; a trainer's function that takes over half a second runs LOOP_ROUNDS times),
 ``.speedup`` (trainer / ours) and, per dialect, whether the trainer's function loops in Python
 (over tokens, rows or groups) or is vectorised (``.trainer_kind``): the goal is >= 20x over loops,
->= 1x over vectorised code. Then verl's ``grpo_vectorized`` / ``rloo_vectorized`` at B=4096,
-T=4096 against the ``verl:`` GRPO and RLOO dialects. One torch thread throughout.
+>= 1x over vectorised code. ``.max_diff`` is the largest difference between the two results' advantages on
+the policy tokens over the largest magnitude (the timed calls compute the same thing: float32, so
+~1e-7 to 1e-6; the whitened ones sum 600,000 float32 numbers). Then verl's ``grpo_vectorized`` /
+``rloo_vectorized`` at B=4096, T=4096 against the ``verl:`` GRPO and RLOO dialects. One torch
+thread throughout; nothing is cached between calls (each call allocates its outputs).
 """
 
 from __future__ import annotations
@@ -60,6 +64,23 @@ def _once(fn: Fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+SLOW = 0.5  # seconds: a trainer's function slower than this runs LOOP_ROUNDS times, not ROUNDS
+
+
+def _max_diff(ours: torch.Tensor, theirs: Any, mask: torch.Tensor) -> float | None:
+    """max |ours - theirs| on the policy tokens over max |theirs|; ``theirs`` is a trainer's
+    (advantages, returns) or OpenRLHF's list of ``Experience`` micro-batches. None if neither."""
+    if isinstance(theirs, tuple):
+        adv = theirs[0]
+    elif isinstance(theirs, list) and theirs and hasattr(theirs[0], "advantages"):
+        adv = torch.cat([e.advantages for e in theirs])
+    else:
+        return None
+    on = mask != 0
+    a, b = ours.double()[on], adv.double()[on]
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
 
 
 def _batch() -> tuple[EstimatorInput, dict[str, Any]]:
@@ -192,6 +213,33 @@ def _skyrl_fns(inp: EstimatorInput, uids: np.ndarray, span: torch.Tensor) -> dic
     return {n: ((lambda n=n: run(n)), "loop") for n in ("gae", "reinforce++", "grpo", "rloo", "maxrl")}
 
 
+def _passes(inp: EstimatorInput, out: dict[str, Any]) -> None:
+    """The [B, T] passes both sides make, timed alone: what bounds a ratio where the trainer's
+    loop is short. ``write_BT``: a fresh float32 [B, T] output written once (the allocation's page
+    faults included: every dialect returns one); ``row_sums``: ``rewards.sum(-1)``;
+    ``broadcast_int64_mask``: ``s.unsqueeze(-1) * response_mask`` as verl and SkyRL end their
+    outcome estimators (torch converts the int64 mask to float first); ``ours_broadcast``: the
+    dialects' compiled broadcast of the same; ``exp``: ``torch.exp(logprobs)`` (the optimal token
+    baselines)."""
+    from estimators.dialects._common import broadcast
+
+    s = inp.rewards.sum(-1)
+    lp = inp.logprobs
+    assert lp is not None
+    t = _interleaved(
+        {
+            "write_BT": lambda: torch.empty(B, T).fill_(1.0),
+            "row_sums": lambda: inp.rewards.sum(-1),
+            "broadcast_int64_mask": lambda: s.unsqueeze(-1) * inp.mask,
+            "ours_broadcast": lambda: broadcast(s, inp.mask),
+            "exp": lambda: torch.exp(lp),
+        },
+        ROUNDS,
+    )
+    for k, v in t.items():
+        out[f"passes.{k}_s"] = round(v, 5)
+
+
 def _vectorised_at_scale(out: dict[str, Any]) -> None:
     """verl's ``grpo_vectorized`` / ``rloo_vectorized`` against ``verl:grpo``, ``verl:rloo`` and
     their vectorised twins at B=BG, T=TG in groups of 8 (one outcome per row, right padding)."""
@@ -255,17 +303,21 @@ def run() -> dict[str, Any]:
             out[f"{name}.ours_s"] = round(_interleaved({"ours": ours}, ROUNDS)["ours"], 5)
             continue
         fn, kind = theirs
-        if kind == "loop":
-            # A Python loop over T=8192 (or over rows) takes seconds to tens of seconds: time it
-            # LOOP_ROUNDS times without a warm-up, ours as usual.
+        first = _once(fn)  # also the warm-up
+        if first > SLOW:
+            # A Python loop over T=8192 takes seconds to tens of seconds: LOOP_ROUNDS more calls.
             t = _interleaved({"ours": ours}, ROUNDS)
             t["trainer"] = statistics.median(_once(fn) for _ in range(LOOP_ROUNDS))
         else:
             t = _interleaved({"ours": ours, "trainer": fn}, ROUNDS)
+        diff = _max_diff(compute(name, inp).advantages, fn(), inp.mask)
+        if diff is not None:
+            out[f"{name}.max_diff"] = float(f"{diff:.2g}")
         out[f"{name}.ours_s"] = round(t["ours"], 5)
         out[f"{name}.trainer_s"] = round(t["trainer"], 5)
         out[f"{name}.trainer_kind"] = kind
         out[f"{name}.speedup"] = round(t["trainer"] / t["ours"], 2)
+    _passes(inp, out)
     if COMPARE:
         _vectorised_at_scale(out)
     out["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
