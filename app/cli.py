@@ -197,7 +197,9 @@ def audit_text(body: dict[str, Any]) -> str:
     (severity, code, episodes (0-based, upload order), token count, message)."""
     bm = body["best_match"]
     if bm.get("scheme"):
-        params = " ".join(f"{k}={v}" for k, v in (bm.get("params") or {}).items())
+        given = dict(bm.get("params") or {})
+        given.update(given.pop("options", None) or {})  # a trainer's options, as their own keys
+        params = " ".join(f"{k}={v}" for k, v in given.items())
         head = (
             f"best match: {bm['scheme']} {params} (max |diff| {bm['max_abs_diff']:.3g}, "
             f"{100 * bm['share_within_1e-5']:.1f}% of policy tokens within 1e-5)"

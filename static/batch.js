@@ -183,7 +183,9 @@ function bestMatchText(bm, searched) {
     const why = bm && bm.message ? bm.message.replace(/^no configuration explains these advantages:?\s*/, "") : "";
     return `No configuration explains these advantages${why ? ": " + why : ""}.`;
   }
-  const params = Object.entries(bm.params || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+  // A trainer's options are one level down ({options: {scale_rewards: "none"}}): shown as their own keys.
+  const flat = (o) => Object.entries(o || {}).flatMap(([k, v]) => (v && typeof v === "object" && !Array.isArray(v) ? flat(v) : [`${k}=${v}`]));
+  const params = flat(bm.params).join(", ");
   return `Best match: ${bm.scheme} (${params}); max |uploaded − reference| ${fmt(bm.max_abs_diff)}, ${searched} configurations searched.`;
 }
 

@@ -63,7 +63,10 @@ def too_big(n_episodes: int, t_max: int, settings: Settings, where: str = "the b
 
 
 def run_audit(
-    arrays: Sequence[EpisodeArrays], turn_ids: bool = False, trainer: str | None = None
+    arrays: Sequence[EpisodeArrays],
+    turn_ids: bool = False,
+    trainer: str | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], list[np.ndarray]]:
     """(the audit's JSON answer, each episode's reference advantages [T_i] float64) of a batch.
 
@@ -73,7 +76,8 @@ def run_audit(
     default). With ``logprobs`` and ``rollout_logprobs`` on every episode the audit also names the
     large-|A| tokens the loss zeroes (``credit_clipped``, ``credit_masked_by_rollout_correction``;
     bypass-mode ratio and IcePop window as the step metrics read them). ``trainer``: the trainer the upload names (its
-    dialects are ranked first; estimators.audit.audit)."""
+    dialects are ranked first; estimators.audit.audit); ``options``: its dialects' options as its
+    configuration sets them (app/core/trainers.py trainer_options), tried beside the defaults."""
     import torch
 
     from app.core.metrics import STEP_LOSS_ICEPOP
@@ -131,6 +135,7 @@ def run_audit(
         drift_logprobs=drift_lp,
         misaligned=misaligned,
         trainer=trainer,
+        options=options,
     )
     Stats.computed += 1
     ref = res.reference

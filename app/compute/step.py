@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -160,17 +161,18 @@ def compute_step(
     step: int,
     new_slug: NewSlug,
     trainer: str | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
 ) -> RunStep:
     """Everything a run step stores (see the module docstring). ``keep``: the run's episodes
     kept in full per step (None: all); ``step`` seeds retention's random choice, so a re-post of
     the step keeps the same episodes. ``trainer``: the one the step names (the audit ranks its
-    dialects first)."""
+    dialects first, and tries ``options``, its configuration's, beside their defaults)."""
     metrics = StepMetrics()
     rows = prepared_rows(items, settings, metrics)
     # The audit (torch, which releases the GIL) runs in a second thread while this one computes
     # the loss metrics, the per-episode search fields and the prompt history: on two cores the
     # step costs about the longer of the two, not their sum. Both only read the rows.
-    with step_audit_beside(rows, settings, trainer) as audited:
+    with step_audit_beside(rows, settings, trainer, options) as audited:
         metrics.add_deferred(rows)
         fields = [episode_fields(row) for row in rows]
         prompts = prompt_steps(rows)

@@ -35,10 +35,13 @@ class StepAudit:
 
 
 def step_audit(
-    rows: list[EpisodeRow], settings: Settings | None, trainer: str | None = None
+    rows: list[EpisodeRow],
+    settings: Settings | None,
+    trainer: str | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
 ) -> StepAudit | None:
     """The audit of a step's prepared rows, or None when it cannot be audited. ``trainer``: the
-    one the step names (its dialects first)."""
+    one the step names (its dialects first); ``options``: their options, as its config sets them."""
     if not rows or any(r["advantages"] is None for r in rows):
         return None
     cells = len(rows) * max(int(r["n_tokens"]) for r in rows)
@@ -48,20 +51,24 @@ def step_audit(
     for a, r in zip(arrays, rows, strict=True):  # meta.drift, meta.mask_misaligned
         a.meta = token_meta(r["meta_json"])
     t0 = time.perf_counter()
-    body, refs = run_audit(arrays, turn_ids=all(r["turn_ids"] is not None for r in rows), trainer=trainer)
+    turn_ids = all(r["turn_ids"] is not None for r in rows)
+    body, refs = run_audit(arrays, turn_ids=turn_ids, trainer=trainer, options=options)
     return StepAudit(body=body, refs=refs, seconds=time.perf_counter() - t0)
 
 
 @contextmanager
 def step_audit_beside(
-    rows: list[EpisodeRow], settings: Settings | None, trainer: str | None = None
+    rows: list[EpisodeRow],
+    settings: Settings | None,
+    trainer: str | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
 ) -> Iterator[Callable[[], StepAudit | None]]:
     """:func:`step_audit` started in a thread of its own; yields the function that waits for its
     answer. Torch releases the GIL, so the caller's work runs beside it on another core. (The
     thread has the process's torch threads, one by default: on these 2-core machines the audit
     took 2.4-2.6 s on one torch thread and 2.9-3.0 s on two, bench/retention.py's step.)"""
     with ThreadPoolExecutor(1, thread_name_prefix="creditlens-step-audit") as pool:
-        yield pool.submit(step_audit, rows, settings, trainer).result
+        yield pool.submit(step_audit, rows, settings, trainer, options).result
 
 
 def kept_audit(

@@ -182,3 +182,58 @@ def config_query(trainer: str | None, config: Mapping[str, Any] | None) -> dict[
             if v is not None and param not in out:
                 out[param] = option_text(v)
     return out
+
+
+def summary(trainer: str, config: Mapping[str, Any] | None, loss: str | None) -> dict[str, Any] | None:
+    """What a batch of ``trainer`` trained with, for its page: the trainer's name and version, the
+    dialect its config names with the options and gamma/lambda the config sets, and the loss."""
+    if trainer not in known():
+        return None
+    name, version = known()[trainer]
+    query = config_query(trainer, config)
+    dialect = dialect_of(trainer, config)
+    from app.core.schemes import options_of
+
+    options = {k: v for k, v in query.items() if dialect is not None and k in options_of(dialect)}
+    return {
+        "trainer": trainer,
+        "name": name,
+        "version": version,
+        "dialect": dialect,
+        "options": options,
+        "gamma": query.get("gamma"),
+        "lam": query.get("lam"),
+        "loss": loss,
+        "from_config": bool(config),
+    }
+
+
+def trainer_options(meta: Mapping[str, Any]) -> tuple[str | None, dict[str, dict[str, Any]]]:
+    """(the trainer a batch's meta names, {dialect: {option: value}} of that trainer's dialects as
+    its kept configuration sets them) -- what the audit tries beside the dialects' defaults. An
+    option its configuration sets to a value the dialect cannot take is left out (the pages'
+    links say so; the audit keeps going)."""
+    from app.core.errors import ApiError
+    from app.core.schemes import parse_option
+
+    trainer = meta.get("trainer")
+    if not isinstance(trainer, str):
+        return None, {}
+    config = meta.get("trainer_config")
+    given = config_query(trainer, config if isinstance(config, dict) else None)
+    from estimators.registry import available
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in available().items():
+        if spec.trainer != trainer:
+            continue
+        mine = {}
+        for param in spec.params:
+            if param in given:
+                try:
+                    mine[param] = parse_option(name, param, given[param])
+                except ApiError:
+                    continue
+        if mine:
+            out[name] = mine
+    return trainer, out

@@ -21,6 +21,7 @@ from app.core.errors import ApiError, not_found
 from app.core.metrics import AUDIT_ERRORS, AUDIT_WARNINGS
 from app.core.packing import pack
 from app.core.settings import Settings
+from app.core.trainers import trainer_options
 from app.storage.audit_models import BatchAudit, EpisodeAudit
 from app.storage.models import Batch, Episode, saved_id
 
@@ -146,10 +147,8 @@ def batch_audit(session: Session, batch: Batch, settings: Settings) -> dict[str,
     ids, slugs, arrays, all_turn_ids = _load(session, saved_id(batch))
     t0 = time.perf_counter()
     meta = json_loads(batch.meta_json or "{}")
-    trainer = meta.get("trainer") if isinstance(meta, dict) else None
-    body, refs = run_audit(
-        arrays, turn_ids=all_turn_ids, trainer=trainer if isinstance(trainer, str) else None
-    )
+    trainer, options = trainer_options(meta)
+    body, refs = run_audit(arrays, turn_ids=all_turn_ids, trainer=trainer, options=options)
     seconds = time.perf_counter() - t0
     body = decorate(body, slugs, [a.kinds for a in arrays])
     del arrays

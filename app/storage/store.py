@@ -33,6 +33,7 @@ from app.core.packing import pack
 from app.core.resources import demo_dir
 from app.core.schemas import EpisodeIn
 from app.core.settings import Settings
+from app.core.trainers import trainer_options
 from app.core.validate import text_column
 from app.storage.audit_models import BatchAudit, EpisodeAudit
 from app.storage.db import writing
@@ -176,14 +177,15 @@ def create_batch_streaming(
     )
     if run_id is None:
         return _write(session, batch, prepare_batch(items, settings=settings, new_slug=new_slug))
-    trainer = (meta or {}).get("trainer")
+    trainer, options = trainer_options(meta or {})
     computed = compute_step(
         items,
         settings=settings,
         keep=keep,
         step=step or 0,
         new_slug=new_slug,
-        trainer=trainer if isinstance(trainer, str) else None,
+        trainer=trainer,
+        options=options,
     )
     batch.metrics_json = json_dumps(computed.metrics)
     batch.n_episodes_seen = computed.batch.n_seen

@@ -163,6 +163,7 @@ def audit(
     rollout_logprobs: Tensor | None = None,
     icepop_window: str = ICEPOP_WINDOW,
     trainer: str | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
     drift: Tensor | None = None,
     drift_logprobs: Tensor | None = None,
     misaligned: Tensor | None = None,
@@ -178,7 +179,8 @@ def audit(
     [B, T] (optional, both or neither): the training and rollout log-probs, for ``credit_clipped`` and
     ``credit_masked_by_rollout_correction`` (IcePop window ``icepop_window``, "lo_hi"). See the
     module docstring. ``trainer`` (a key of ``estimators.registry.TRAINERS``): the trainer the upload
-    names, whose dialect is named first among equally good matches. ``drift`` [B, T] bool (optional):
+    names, whose dialect is named first among equally good matches; ``options`` {dialect: {option:
+    value}}: the options its configuration sets, tried beside the defaults. ``drift`` [B, T] bool (optional):
     the sampled tokens a later prompt re-renders as other tokens (token-in/token-out broken), with
     ``drift_logprobs`` [B, T] the upload's log-probs there (NaN: none), for
     ``retokenization_drift``; ``misaligned`` [B, T] bool: tokens where the trainer's own loss or tool
@@ -194,7 +196,7 @@ def audit(
             b = replace(b, lp=logprobs.double(), rlp=rollout_logprobs.double())
         if not bool(b.rows.any()):
             return no_policy_tokens()
-        found = search(b, trainer)
+        found = search(b, trainer, options)
         ref, raw = ref_of(b, found.closest)
         ctx = Context(
             b=b, search=found, ref=ref, raw=raw, claimed=torch.zeros_like(b.pol), icepop_window=icepop_window

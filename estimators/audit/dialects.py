@@ -55,33 +55,52 @@ def grid(spec: EstimatorSpec) -> list[tuple[float, float]]:
     return [(g, 1.0) for g in GAMMAS]
 
 
-def run(spec: EstimatorSpec, b: Batch, gamma: float, lam: float) -> Tensor | None:
+Options = dict[str, Any]  # a dialect's options away from its defaults ({} for the defaults)
+
+
+def run(
+    spec: EstimatorSpec, b: Batch, gamma: float, lam: float, options: Options | None = None
+) -> Tensor | None:
     """The dialect's advantages [B, T] on ``b`` (0 off policy), None when it cannot run there."""
     inp = _inp(b, gamma, lam)
     if spec.missing(inp):
         return None
     try:
         with torch.no_grad():
-            out = spec.fn(inp, **spec.params).advantages
+            out = spec.fn(inp, **{**spec.params, **(options or {})}).advantages
     except (ValueError, RuntimeError):  # e.g. equal groups assumed by a reshape that does not fit
         return None
     return torch.where(b.pol, out.double(), 0.0)
 
 
-def params_of(spec: EstimatorSpec, gamma: float, lam: float) -> dict[str, Any]:
-    """The candidate's public parameters: trainer, version, and the gamma/lambda it ran with."""
+def params_of(
+    spec: EstimatorSpec, gamma: float, lam: float, options: Options | None = None
+) -> dict[str, Any]:
+    """The candidate's public parameters: trainer, version, the gamma/lambda it ran with, and the
+    trainer's options it ran with where they are not its defaults (``options``)."""
     p: dict[str, Any] = {"trainer": spec.trainer, "version": spec.version}
     if spec.kind != "outcome":
         p["gamma"] = gamma
         if "values" in spec.reads:
             p["lam"] = lam
+    if options:
+        p["options"] = dict(options)
     return p
 
 
-def _cand(b: Batch, spec: EstimatorSpec, gamma: float, lam: float, ref: Tensor) -> Cand:
+def _cand(b: Batch, spec: EstimatorSpec, gamma: float, lam: float, ref: Tensor, options: Options) -> Cand:
     mx, sh, inl = share(b, ref)
     kind = spec.kind
-    c = Cand(spec.name, params_of(spec, gamma, lam), kind, max_abs=mx, share=sh, inlier=inl, ref=ref, raw=ref)
+    c = Cand(
+        spec.name,
+        params_of(spec, gamma, lam, options),
+        kind,
+        max_abs=mx,
+        share=sh,
+        inlier=inl,
+        ref=ref,
+        raw=ref,
+    )
     if kind == "outcome":  # one number per episode: the value at each row's first policy token
         T = b.pol.shape[1]
         first = torch.where(b.pol, torch.arange(T), T).amin(1).clamp(max=max(T - 1, 0))
@@ -92,10 +111,10 @@ def _cand(b: Batch, spec: EstimatorSpec, gamma: float, lam: float, ref: Tensor) 
     return c
 
 
-def _screen(b: Batch, rows: Tensor, spec: EstimatorSpec, gamma: float, lam: float) -> float:
+def _screen(b: Batch, rows: Tensor, spec: EstimatorSpec, gamma: float, lam: float, options: Options) -> float:
     """min(direct, affine) residual of a dialect on the screening rows (inf when it cannot run)."""
     sub = subset(b, rows)
-    out = run(spec, sub, gamma, lam)
+    out = run(spec, sub, gamma, lam, options)
     if out is None:
         return math.inf
     pidx = sub.pol.reshape(-1).nonzero().squeeze(1)
@@ -109,30 +128,41 @@ def _screen(b: Batch, rows: Tensor, spec: EstimatorSpec, gamma: float, lam: floa
     return min(direct, float((yc - a * xc).abs().max()))
 
 
-def candidates(b: Batch, rows: Tensor, trainer: str | None = None) -> tuple[list[Cand], int]:
+def variants(spec: EstimatorSpec, options: dict[str, Options] | None) -> list[Options]:
+    """The option sets to try for ``spec``: its defaults, and the options the upload's trainer
+    configuration sets for it (``options[spec.name]``) where they differ from the defaults."""
+    given = {k: v for k, v in (options or {}).get(spec.name, {}).items() if spec.params.get(k) != v}
+    return [{}, given] if given else [{}]
+
+
+def candidates(
+    b: Batch, rows: Tensor, trainer: str | None = None, options: dict[str, Options] | None = None
+) -> tuple[list[Cand], int]:
     """(the dialects' whole-batch candidates worth keeping, configurations scored): ``trainer``'s
-    dialects, or every trainer's when None."""
+    dialects, or every trainer's when None; each with its defaults and with ``options[name]``
+    (the trainer's configuration says so) when given."""
     specs = [s for s in available().values() if s.trainer is not None and trainer in (None, s.trainer)]
     out: list[Cand] = []
     searched = 0
-    screened: list[tuple[float, EstimatorSpec, float, float]] = []
+    screened: list[tuple[float, EstimatorSpec, float, float, Options]] = []
     for spec in specs:
-        for gamma, lam in grid(spec):
-            searched += 1
-            if "groups" in spec.reads or spec.kind == "outcome" or rows.numel() == 0:
-                ref = run(spec, b, gamma, lam)
-                if ref is not None:
-                    out.append(_cand(b, spec, gamma, lam, ref))
-            else:
-                screened.append((_screen(b, rows, spec, gamma, lam), spec, gamma, lam))
+        for opts in variants(spec, options):
+            for gamma, lam in grid(spec):
+                searched += 1
+                if "groups" in spec.reads or spec.kind == "outcome" or rows.numel() == 0:
+                    ref = run(spec, b, gamma, lam, opts)
+                    if ref is not None:
+                        out.append(_cand(b, spec, gamma, lam, ref, opts))
+                else:
+                    screened.append((_screen(b, rows, spec, gamma, lam, opts), spec, gamma, lam, opts))
     if screened:
-        best = min(r for r, *_ in screened)
+        best = min(x[0] for x in screened)
         cut = max(10 * best, best + TIE)
         keep = sorted((x for x in screened if x[0] <= cut), key=lambda x: x[0])[:SURVIVORS]
-        for _, spec, gamma, lam in keep:
-            ref = run(spec, b, gamma, lam)
+        for _, spec, gamma, lam, opts in keep:
+            ref = run(spec, b, gamma, lam, opts)
             if ref is not None:
-                out.append(_cand(b, spec, gamma, lam, ref))
+                out.append(_cand(b, spec, gamma, lam, ref, opts))
     return out, searched
 
 
@@ -155,7 +185,7 @@ def departures(b: Batch, pick: Cand | None) -> list[tuple[Departure, str, Tensor
     inp = _inp(b, float(pick.params.get("gamma", 1.0)), float(pick.params.get("lam", 1.0)))
     ref = None
     with torch.no_grad():
-        res = spec.fn(inp, **spec.params)
+        res = spec.fn(inp, **{**spec.params, **pick.params.get("options", {})})
         if spec.reference is not None and not get(spec.reference).missing(inp):
             rspec = get(spec.reference)
             ref = torch.where(b.pol, rspec.fn(inp, **rspec.params).advantages.double(), 0.0)

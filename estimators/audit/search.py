@@ -106,11 +106,12 @@ def _closest(pool: list[Cand], trainer: str | None) -> Cand:
     return min(near, key=lambda c: (deviations(c.params) + rank(c, trainer), c.max_abs))
 
 
-def search(b: Batch, trainer: str | None = None) -> Search:
+def search(b: Batch, trainer: str | None = None, options: dict[str, dict[str, Any]] | None = None) -> Search:
     """Score the search space on ``b`` (a batch with at least one policy token) and pick. The
     trainers' dialects are in it (:mod:`.dialects`); ``trainer`` (a key of
     ``estimators.registry.TRAINERS``, the one the upload names) ranks that trainer's first among
-    equally good matches."""
+    equally good matches; ``options`` ({dialect: {option: value}}, its configuration's) are tried
+    beside each dialect's defaults."""
     outcome = outcome_candidates(b)
     for c in outcome:
         c.max_abs, c.fit, c.inlier = score_outcome(b, c)
@@ -145,7 +146,7 @@ def search(b: Batch, trainer: str | None = None) -> Search:
     # configuration explains the upload as it is (no match, or one that needs a bug or a
     # non-default convention). A clean reference match keeps its cost.
     if trainer is not None or pick is None or deviations(pick.params) > 0:
-        dialects, n = dialect_candidates(b, screen_rows(b), trainer)
+        dialects, n = dialect_candidates(b, screen_rows(b), trainer, options)
         pool += dialects
         searched += n
         pick, also = _pick(pool, trainer)

@@ -164,13 +164,17 @@ async def batch_page(request: Request, batch_id: str, session: SessionDep) -> Re
     # a batch that names its trainer opens on the loss its config says it trained with.
     loss_config = losses.client_config()
     meta = json_loads(b.meta_json or "{}")
+    trained_with = None
     if isinstance(meta, dict) and isinstance(meta.get("trainer"), str):
         cfg = meta.get("trainer_config")
-        trained = trainers.loss_of(meta["trainer"], cfg if isinstance(cfg, dict) else None)
+        cfg = cfg if isinstance(cfg, dict) else None
+        trained = trainers.loss_of(meta["trainer"], cfg)
         if trained is not None and trained in loss_config["losses"]:
             loss_config = {**loss_config, "default": trained}
+        trained_with = trainers.summary(meta["trainer"], cfg, trained)
     initial = {**page, "api": api, "losses": loss_config}
     ctx = {"initial": initial, "batch_id": ref, "og": og, "losses": loss_config, "batch_name": b.name}
+    ctx["trained_with"] = trained_with
     return render(request, "batch.html", {**ctx, "run": run_of_batch(session, b.id)})
 
 

@@ -97,3 +97,34 @@ def test_a_bool_in_a_config_file_means_what_the_trainer_reads_it_as():
     assert parse_option("openrlhf:gae", "clip_range", "(-5, 5)") == (-5.0, 5.0)
     assert parse_option("nemo_rl:gae", "gae_lambda_value", "none") is None
     assert parse_option("nemo_rl:gae", "gae_lambda_value", "0.9") == 0.9
+
+
+def test_the_batch_page_says_what_the_trainer_trained_with(client):
+    run = client.post(
+        "/api/runs",
+        json={"name": "v", "trainer": "verl", "config": {"algorithm": {"adv_estimator": "grpo", "lam": 1.0}}},
+    ).json()
+    step = client.post(f"/api/runs/{run['ref']}/steps/0", json={"episodes": _episodes()}).json()
+    page = client.get(f"/b/{step['batch_id']}").text
+    assert 'id="b-trainer"' in page and "verl 0.9.1" in page
+    assert "<code>verl:grpo</code>" in page and "λ = 1" in page and "loss <code>vanilla</code>" in page
+    assert "from its configuration" in page
+    plain = client.get(f"/b/{upload(client, _episodes()).json()['batch_id']}").text
+    assert 'id="b-trainer"' not in plain
+
+
+def test_the_audit_names_the_option_the_trainers_config_set(client):
+    """TRL with scale_rewards="none" trained on r - mean: the audit of a step of that run names
+    TRL's GRPO with that option (its default, the group std, does not match these numbers)."""
+    eps = [dict(e, advantages=[0.0, r - 0.25, r - 0.25]) for e, r in zip(_episodes(), REWARDS, strict=True)]
+    run = client.post(
+        "/api/runs", json={"name": "trl-audit", "trainer": "trl", "config": {"scale_rewards": "none"}}
+    ).json()
+    step = client.post(f"/api/runs/{run['ref']}/steps/0", json={"episodes": eps}).json()
+    bm = client.get(f"/api/batches/{step['batch_id']}/audit").json()["best_match"]
+    assert bm["scheme"] == "trl:grpo", bm
+    assert bm["params"] == {"trainer": "trl", "version": "1.16.0", "options": {"scale_rewards": "none"}}
+    # The same advantages uploaded without the config: TRL's default cannot explain them.
+    plain = upload(client, eps, trainer="trl").json()
+    bm = client.get(f"/api/batches/{plain['batch_id']}/audit").json()["best_match"]
+    assert bm["scheme"] != "trl:grpo" and "options" not in bm.get("params", {})
