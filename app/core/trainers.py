@@ -204,7 +204,7 @@ def summary(trainer: str, config: Mapping[str, Any] | None, loss: str | None) ->
         "gamma": query.get("gamma"),
         "lam": query.get("lam"),
         "loss": loss,
-        "from_config": bool(config),
+        "from_config": any(k != "trainer" for k in (config or {})),
     }
 
 

@@ -219,6 +219,10 @@ async def run_page(request: Request, run_id: str, session: SessionDep) -> Respon
     # The metrics' names, labels and formats (app/core/metrics.py): the page draws what they say.
     initial = {**page, "api": api, "figures": metrics.run_figures(), "labels": metrics.labels()}
     ctx: dict[str, Any] = {"initial": initial, "run_id": ref, "name": run.name}
+    config = json_loads(run.config_json or "{}")
+    named = config.get("trainer") if isinstance(config, dict) else None
+    if isinstance(named, str):
+        ctx["trained_with"] = trainers.summary(named, config, trainers.loss_of(named, config))
     # "Compare with": the other public runs by name, newest first, in the HTML (no request).
     ctx["others"] = [
         {"ref": run_ref(r), "name": r.name, "n_steps": n}

@@ -128,3 +128,18 @@ def test_the_audit_names_the_option_the_trainers_config_set(client):
     plain = upload(client, eps, trainer="trl").json()
     bm = client.get(f"/api/batches/{plain['batch_id']}/audit").json()["best_match"]
     assert bm["scheme"] != "trl:grpo" and "options" not in bm.get("params", {})
+
+
+def test_the_run_page_says_what_the_trainer_trained_with(client):
+    run = client.post("/api/runs", json={"name": "o", "trainer": "openrlhf"}).json()
+    page = client.get(f"/r/{run['ref']}").text
+    assert (
+        "OpenRLHF 0.11.2" in page
+        and "<code>openrlhf:gae</code>" in page
+        and "loss <code>openrlhf:ppo</code>" in page
+    )
+    assert "its defaults: no configuration was sent" in page
+    assert (
+        'id="b-trainer"'
+        not in client.get(f"/r/{client.post('/api/runs', json={'name': 'x'}).json()['ref']}").text
+    )
