@@ -125,3 +125,62 @@ def test_tool_responses_inside_assistant_text_are_tool_tokens(client):
     assert "It is 42." in text(ep, "policy") and "42</tool_response>" not in text(ep, "policy")
     assert len(set(pick(ep, "policy", "turn_ids"))) == 2
     assert_no_credit_off_policy(client, ep)
+
+
+def test_a_saved_trajectory_is_stored_as_sampled_with_its_drift(client):
+    # Hand-built from verifiers' TrajectoryStep (verifiers/types.py, 0.1.8 and later; saved with
+    # `vf-eval --state-columns trajectory`): two model calls with their token ids. The second
+    # call's prompt re-renders the first completion's [10, 11, 12] as [10, 13, 12] (prime-rl's
+    # "exact prefix" broken), then the tool's answer [20, 21].
+    row = json.loads((DIR / "math_python_results.jsonl").read_text())
+    first = row["prompt"]
+    call = [{"role": "assistant", "content": "", "tool_calls": row["completion"][0].get("tool_calls")}]
+    tool = [{"role": "tool", "content": "388", "tool_call_id": "c1"}]
+
+    def step(prompt, completion, prompt_ids, completion_ids, logprobs):
+        tokens = {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": [0] * len(prompt_ids),
+            "completion_ids": completion_ids,
+            "completion_mask": [1] * len(completion_ids),
+            "completion_logprobs": logprobs,
+            "overlong_prompt": False,
+            "is_truncated": False,
+        }
+        return {
+            "prompt": prompt,
+            "completion": completion,
+            "tokens": tokens,
+            "reward": None,
+            "advantage": None,
+        }
+
+    row["trajectory"] = [
+        step(first, call, [1, 2, 3], [10, 11, 12], [-0.1, -0.2, -0.3]),
+        step(
+            first + call + tool,
+            [{"role": "assistant", "content": "388"}],
+            [1, 2, 3, 10, 13, 12, 20, 21],
+            [30, 2],
+            [-0.4, -0.5],
+        ),
+    ]
+    _, [ep] = stored(client, "results.jsonl", json.dumps(row) + "\n")
+    # As sampled: the first completion's ids stay, the tool's answer is the new part (tool).
+    assert ep["token_ids"] == [1, 2, 3, 10, 11, 12, 20, 21, 30, 2]
+    assert ep["kinds"] == ["prompt"] * 3 + ["policy"] * 3 + ["tool"] * 2 + ["policy"] * 2
+    assert pick(ep, "policy", "turn_ids") == [0, 0, 0, 1, 1]
+    assert pick(ep, "policy", "logprobs") == [-0.1, -0.2, -0.3, -0.4, -0.5]
+    # By hand: first difference at row position 4 (11 -> 13); the sampled tail [11, 12] keeps 12.
+    assert ep["meta"]["drift"] == [
+        {
+            "turn": 1,
+            "position": 4,
+            "sampled": 2,
+            "rerendered_ids": [13, 12],
+            "differing": 1,
+            "first": [11, 13],
+            "at": [4],
+        }
+    ]
+    assert ep["reward"] == 1.0 and ep["group"] == "0"
