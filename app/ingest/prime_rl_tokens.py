@@ -28,8 +28,8 @@ ids (the rollouts of one example share their prompt).
 
 A step of 512 samples x 8,192 tokens is ~800 MB of JSON numbers, so each line is read as columns:
 orjson parses it (the fastest reader here: ~500 MB/s, against ~260 MB/s for pyarrow's threaded
-JSON reader on the same lines), each list becomes one numpy array in one call, and the episode is
-handed over as arrays (:class:`~app.core.validate.ArrayEpisode`); no per-token Python loop runs
+JSON reader on the same lines), each list becomes one array in one C-level call (a typed array for
+the ids and the mask, ``numpy.fromiter`` for the numbers), and the episode is handed over as arrays (:class:`~app.core.validate.ArrayEpisode`); no per-token Python loop runs
 unless a field will not convert and the entry at fault is named. One line is read at a time (the
 upload never holds more than one sample's lists).
 """
