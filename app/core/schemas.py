@@ -259,6 +259,19 @@ class ErrorOut(BaseModel):
 # ---- runs (POST /api/runs, GET /api/runs[/{id}[/metrics]], POST /api/runs/{id}/steps/{step}) ----
 
 
+class RunConfigIn(BaseModel):
+    """PATCH /api/runs/{id}: more of the run's configuration, merged into what it has."""
+
+    model_config = ConfigDict(extra="forbid")
+    config: dict[str, Any] = Field(default_factory=dict)
+    config_text: str | None = Field(
+        None,
+        max_length=2 * 1024 * 1024,
+        description="a configuration file's text, read as POST /api/runs reads it (YAML, TOML, arguments, JSON)",
+    )
+    trainer: str | None = Field(None, description="the trainer whose advantages the run's steps carry")
+
+
 class RunIn(BaseModel):
     """POST /api/runs: a training run's name and its configuration (any JSON object)."""
 

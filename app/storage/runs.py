@@ -84,6 +84,13 @@ def run_config(run: Run) -> dict[str, Any]:
     return cfg if isinstance(cfg, dict) else {}
 
 
+def set_run_config(session: Session, run: Run, config: dict[str, Any]) -> None:
+    """Replace the run's configuration (its steps read it when they are posted)."""
+    run.config_json = json_dumps(config)
+    session.add(run)
+    session.commit()
+
+
 def get_run(session: Session, run_id: int) -> Run | None:
     return row_by_id(session, Run, run_id)
 

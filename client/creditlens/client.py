@@ -533,6 +533,33 @@ class Run:
         the retries (or the run was closed)."""
         return self._post(int(step), body, format, name=name, final_4xx=True)
 
+    def update_config(self, config: dict[str, Any], *, trainer: str | None = None) -> bool:
+        """Add ``config`` to the run's configuration (merged setting by setting; the adapters send
+        their trainer's own, e.g. TRL's ``GRPOConfig``) and name its ``trainer``: the server then
+        shows that trainer's estimator with the options, gamma and lambda it sets. Before the run
+        exists on the server this only changes what its creation sends; after, it is sent now
+        (``PATCH /api/runs/{ref}``). True when the server has it (or will, at creation)."""
+        if trainer is not None:
+            self.trainer = trainer
+        if self.id is None:
+            self.config = {**self.config, **config, **({"trainer": trainer} if trainer else {})}
+            return True
+        body: dict[str, Any] = {"config": config}
+        if trainer is not None:
+            body["trainer"] = trainer
+        try:
+            r = self._client._http.patch(f"/api/runs/{self._ref}", json=body)
+        except httpx.TransportError as e:
+            self._warn_once("config", f"creditlens: the run's configuration was not sent: {e}")
+            return False
+        if r.status_code >= 400:
+            self._refused(r, "the configuration")
+            if self._client.strict and r.status_code < 500:
+                raise ValueError(f"the server refused the configuration: HTTP {r.status_code} {r.text[:300]}")
+            return False
+        self.config = r.json().get("config", self.config)
+        return True
+
     def log_metrics_file(
         self, path: str | os.PathLike[str], *, replace: bool = False
     ) -> dict[str, Any] | None:

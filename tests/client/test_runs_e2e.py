@@ -40,7 +40,11 @@ def test_trl_grpo_run_lands_on_the_server(server, tmp_path):
         assert run.flush(timeout=120)
         assert (run.sent, run.failed, run.dropped) == (2, 0, 0)
     got = httpx.get(f"{server}/api/runs/{run.id}").json()
-    assert got["name"] == "trl-e2e" and got["config"] == {"num_generations": 2}
+    # track() sent the trainer's own GRPOConfig into the run's configuration, and said TRL.
+    cfg = got["config"]
+    assert got["name"] == "trl-e2e" and cfg["trainer"] == "trl"
+    assert cfg["num_generations"] == trainer.args.num_generations == 2
+    assert (cfg["loss_type"], cfg["scale_rewards"]) == (trainer.args.loss_type, trainer.args.scale_rewards)
     assert [s["step"] for s in got["steps"]] == [0, 1]
     for s in got["steps"]:
         m = s["metrics"]

@@ -18,6 +18,7 @@ from app.core.schemas import (
     CompareOut,
     ErrorOut,
     PromptOut,
+    RunConfigIn,
     RunCreatedOut,
     RunEpisodeOut,
     RunIn,
@@ -99,6 +100,28 @@ def create_run(body: RunIn, request: Request, session: SessionDep) -> Response:
     out = {"id": run.id, "ref": ref, "url": urls.run(ref), "api_url": urls.api_run(ref)}
     out.update(delete_token=token, visibility=run.visibility)
     return json_response(out, status_code=201)
+
+
+@router.patch(
+    "/api/runs/{run_id}",
+    dependencies=[Depends(require_write)],
+    responses={**ERRORS, 422: {"model": ErrorOut}},
+    summary="Add to a run's configuration (an adapter sends its trainer's config once it has it)",
+)
+def patch_run(body: RunConfigIn, session: SessionDep, run_id: str = RunId) -> Response:
+    """Merge ``config`` (and ``config_text``, read as a configuration file) into the run's
+    configuration, setting by setting, and name its ``trainer``; the run's steps posted from now
+    on read it (its estimator, options, gamma and lambda). Answers ``{"id", "ref", "config"}``."""
+    run = rs.run_by_ref_or_404(session, run_id)
+    config = rs.run_config(run)
+    if body.config_text:
+        config = merged(config, parse_config(body.config_text, "config_text"))
+    config = merged(config, body.config)
+    trainer = check_trainer(body.trainer or trainer_of_config(config), "trainer")
+    if trainer:
+        config["trainer"] = trainer
+    rs.set_run_config(session, run, config)
+    return json_response({"id": stored_id(run), "ref": rs.run_ref(run), "config": config})
 
 
 @router.get(

@@ -33,15 +33,32 @@ from creditlens.keys import TRL, first_key
 __all__ = ["track"]
 
 
+def _plain(d: dict[str, Any]) -> dict[str, Any]:
+    """The JSON-safe settings of a config dict (numbers, text, booleans, None, lists of those)."""
+    ok = (str, int, float, bool, type(None))
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, ok) and not (isinstance(v, float) and v != v):
+            out[k] = v
+        elif isinstance(v, list | tuple) and all(isinstance(x, ok) for x in v):
+            out[k] = list(v)
+    return out
+
+
 def track(trainer: Any, run: Any, tokenizer: Any = None) -> Any:
     """Wrap ``trainer`` (a TRL ``GRPOTrainer``) so each generation step is logged to ``run``;
     returns the trainer. ``tokenizer`` defaults to the trainer's own. The run's steps say they are
-    TRL's (``run.trainer``); create the run with ``config=trainer.args.to_dict()`` so the server
-    reads its ``GRPOConfig`` (``loss_type``, ``scale_rewards``, ...)."""
+    TRL's (``run.trainer``), and the run's configuration gets the trainer's ``GRPOConfig``
+    (``loss_type``, ``scale_rewards``, ...), which the server reads for TRL's estimator and loss."""
     import torch
 
+    # The run is TRL's, and its GRPOConfig says how TRL computed the advantages and the loss
+    # (loss_type, scale_rewards, num_generations, ...): sent once, as JSON-safe values.
     if getattr(run, "trainer", None) is None:
         run.trainer = "trl"
+    args: Any = getattr(trainer, "args", None)
+    if hasattr(args, "to_dict") and hasattr(run, "update_config"):
+        run.update_config(_plain(args.to_dict()), trainer=run.trainer)
 
     state: dict[str, Any] = {"rewards_per_func": None}
     tok = (

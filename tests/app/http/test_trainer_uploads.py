@@ -224,3 +224,22 @@ def test_an_upload_carries_its_trainers_config_file(client):
         },
     )
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "config"
+
+
+def test_patching_a_runs_config_names_its_estimator_for_the_next_steps(client):
+    run = client.post("/api/runs", json={"name": "late", "config": {"lr": 1e-6}}).json()
+    ref = run["ref"]
+    # An adapter sends its trainer's configuration once it has it (TRL's GRPOConfig here).
+    r = client.patch(f"/api/runs/{ref}", json={"config": {"num_generations": 4, "scale_rewards": "none"}})
+    assert r.status_code == 200, r.text
+    assert r.json()["config"] == {"lr": 1e-6, "num_generations": 4, "scale_rewards": "none", "trainer": "trl"}
+    step = client.post(f"/api/runs/{ref}/steps/0", json={"episodes": _episodes()}).json()
+    view = client.get(f"/e/{step['episodes'][0]['slug']}?format=json").json()["view"]
+    assert view["schemes"][:2] == ["uploaded", "trl:grpo"] and view["options"] == {"scale_rewards": "none"}
+    # A configuration file's text merges too; a bad one or an unknown trainer changes nothing.
+    r = client.patch(f"/api/runs/{ref}", json={"config_text": "gamma: 0.99\n"})
+    assert r.json()["config"]["gamma"] == 0.99
+    for bad in ({"trainer": "nope"}, {"config_text": "a: ["}, {"colour": "red"}):
+        assert client.patch(f"/api/runs/{ref}", json=bad).status_code == 422
+    assert client.get(f"/api/runs/{ref}").json()["config"]["gamma"] == 0.99
+    assert client.patch("/api/runs/99999", json={"config": {}}).status_code == 404
