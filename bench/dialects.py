@@ -19,7 +19,8 @@ timed round-robin; a trainer's function that takes over half a second runs LOOP_
 the policy tokens over the largest magnitude (the timed calls compute the same thing: float32, so
 ~1e-7 to 1e-6; the whitened ones sum 600,000 float32 numbers). Then verl's ``grpo_vectorized`` /
 ``rloo_vectorized`` at B=4096, T=4096 against the ``verl:`` GRPO and RLOO dialects. One torch
-thread throughout; nothing is cached between calls (each call allocates its outputs).
+thread throughout, the server's malloc settings (``app.malloc.tune_malloc``); nothing is cached
+between calls (each call allocates its outputs).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from app.malloc import tune_malloc
 from bench.estimators import agent_batch
 from estimators import EstimatorInput, compute
 from estimators.dialects._common import response_span
@@ -282,6 +284,10 @@ def run() -> dict[str, Any]:
     # two threads waits for both to be scheduled (bench/estimators.py shows both).
     torch.set_num_threads(1)
     out: dict[str, Any] = {"load_average_1min_at_start": round(os.getloadavg()[0], 2)}
+    # The server's malloc settings (app/malloc.py), as bench/estimators.py and bench/loss.py: the
+    # dialects run in the server, and without them glibc hands each freed [B, T] block back to the
+    # kernel, so every call (ours and the trainer's alike) faults its outputs in page by page.
+    out["malloc_tuned"] = tune_malloc()
     inp, extra = _batch()
     out["policy_token_share"] = round(inp.mask.float().mean().item(), 3)
     trainers: dict[str, dict[str, tuple[Fn, str]]] = {"trl": {}}
