@@ -24,11 +24,13 @@ Two shapes:
 Step-wise training (``generator.step_wise_trajectories``) writes one sample per turn: its prompt is
 the whole context the engine got, its response that turn's ids, and ``trajectory_ids``
 (``TrajectoryID``: ``instance_id``, ``repetition_id``; in a training batch ``metadata``) with
-``is_last_step`` say which samples are the turns of one trajectory. Those samples are joined into
+``is_last_step`` say which samples are the turns of one trajectory (a training batch without
+``trajectory_ids``: its consecutive rows up to each ``is_last_step``). Those samples are joined into
 one episode as it was sampled (token-in/token-out, app/ingest/_drift.py): each turn's response ids
 are its policy tokens (loss mask 0: tool), the new part of the next turn's prompt is tool; a prompt
 that re-renders the ids sampled before it (a loop that decodes and re-encodes the history) is
-accepted and measured in ``meta.drift``. The group is the trajectory's ``instance_id``.
+accepted and measured in ``meta.drift``. The group is the trajectory's ``instance_id`` (else the
+batch's ``uids`` entry).
 
 A loss mask longer or shorter than its response is kept (missing entries untrained) with
 ``meta.mask_misaligned``; any other field of the wrong shape is a 422 naming it.
@@ -196,14 +198,19 @@ class _Sample:
 
 
 def _trajectories(ids: Any, last: Any, n: int) -> list[list[int]] | None:
-    """The sample indices of each trajectory of a step-wise dump (``trajectory_ids`` and
-    ``is_last_step``, one per sample), in order; None when the dump is not step-wise."""
-    if not isinstance(ids, (list, tuple)) or len(ids) != n or last is None or len(last) != n:
+    """The sample indices of each trajectory of a step-wise dump, in order: by ``trajectory_ids``
+    when there are (one per sample), else the consecutive samples up to each ``is_last_step`` (a
+    training batch keeps a trajectory's steps together); None when the dump is not step-wise."""
+    if last is None or not hasattr(last, "__len__") or len(last) != n:
         return None
-    keys = [str(t) for t in ids]
+    if not isinstance(ids, (list, tuple, np.ndarray)) or len(ids) != n:
+        if ids is not None:
+            return None
+        ids = [None] * n
     runs: list[list[int]] = []
     open_: dict[str, list[int]] = {}
-    for i, k in enumerate(keys):
+    for i, t in enumerate(ids):
+        k = str(t) if t is not None else ""
         run = open_.get(k)
         if run is None:
             run = open_[k] = []
@@ -280,8 +287,9 @@ def _emit(samples: list[_Sample], traj_ids: Any, last: Any, tokenizer: TokenDeco
                 _episode(s.prompt, s.response, s.mask, s.fields, s.signals, s.group, s.meta, tokenizer),
             )
         return
-    for run in runs:
-        yield None, _joined([samples[i] for i in run], traj_ids[run[0]], tokenizer)
+    for k, run in enumerate(runs):
+        traj = traj_ids[run[0]] if traj_ids is not None else f"{samples[run[0]].group}#{k}"
+        yield None, _joined([samples[i] for i in run], traj, tokenizer)
 
 
 def _finite_row(a: np.ndarray, name: str, i: int) -> list[float]:

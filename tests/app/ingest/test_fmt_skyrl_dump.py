@@ -159,3 +159,46 @@ def test_a_step_wise_generator_output_joins_each_trajectory_as_sampled(client):
     assert a["group"] == b["group"] == "q1" and a["meta"]["trajectory"] == "q1_0"
     assert a["meta"]["samples"] == [0, 2]
     assert b["token_ids"] == [1, 5, 6, 33, 2] and "drift" not in b["meta"]
+
+
+def test_a_step_wise_training_batch_joins_consecutive_steps(client):
+    # A TrainingInputBatch of step-wise training (its metadata's `is_last_step`, as in SkyRL's
+    # trainer tests): one row per turn, a trajectory's rows together. Written with the stand-in
+    # class of fixtures/formats/skyrl_dump/make_example.py (SkyRL's pickled shape). Rows 0-1 are one
+    # trajectory whose second prompt re-renders the sampled [20, 21, 2] as [20, 77, 2], then the
+    # observation [40, 41]; row 2 is a trajectory of one turn.
+    import importlib.util
+
+    import torch
+
+    from tests.app.svc_helpers import FORMATS
+
+    spec = importlib.util.spec_from_file_location(
+        "skyrl_make_example", FORMATS / "skyrl_dump" / "make_example.py"
+    )
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    mod = make._module()
+    prompts = [[1, 5, 6], [1, 5, 6, 20, 77, 2, 40, 41], [1, 5, 6]]
+    responses = [[20, 21, 2], [22, 2], [33, 2]]
+    B, P, R = 3, 8, 3
+    seq = torch.zeros((B, P + R), dtype=torch.long)
+    att = torch.zeros((B, P + R), dtype=torch.long)
+    loss = torch.zeros((B, R), dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        seq[i, P - len(p) : P] = torch.tensor(p)
+        seq[i, P : P + len(r)] = torch.tensor(r)
+        att[i, P - len(p) : P + len(r)] = 1
+        loss[i, : len(r)] = 1
+    batch = mod.TrainingInputBatch(
+        sequences=seq, attention_mask=att, response_mask=loss.clone(), loss_mask=loss
+    )
+    batch.metadata = {"uids": ["0", "0", "0"], "response_length": R, "is_last_step": [False, True, True]}
+    _, eps = stored(client, "global_step_1_training_input.pkl", pickle.dumps(batch))
+    assert len(eps) == 2
+    a, b = eps
+    assert a["token_ids"] == [1, 5, 6, 20, 21, 2, 40, 41, 22, 2]
+    assert a["kinds"] == ["prompt"] * 3 + ["policy"] * 3 + ["tool"] * 2 + ["policy"] * 2
+    assert [d["first"] for d in a["meta"]["drift"]] == [[21, 77]] and a["meta"]["drift"][0]["at"] == [4]
+    assert a["group"] == b["group"] == "0" and a["meta"]["samples"] == [0, 1]
+    assert b["token_ids"] == [1, 5, 6, 33, 2]
