@@ -120,3 +120,31 @@ def test_samples_of_8192_tokens_lines_over_a_mebibyte(client):
     assert len(line) > 1 << 20
     _, eps = stored(client, "rank_0.jsonl", line + "\n" + line + "\n")
     assert len(eps) == 2 and len(eps[0]["kinds"]) == n and eps[0]["kinds"].count("policy") == n - 100
+
+
+@pytest.mark.parametrize(
+    "field, value, code",
+    [
+        ("token_ids", [1, 8, 9, 50.5, 51, 2], "wrong_type"),  # a float id
+        ("token_ids", [1, 8, 9, None, 51, 2], "wrong_type"),  # a missing id
+        ("token_ids", [1, 8, 9, 2**70, 51, 2], "wrong_type"),  # beyond 64 bits
+        ("loss_mask", [False, False, False, 0.5, True, True], "wrong_type"),  # not a boolean
+        ("loss_mask", [False, False, False, None, True, True], "wrong_type"),
+        ("entropy", [0.0, 0.9, "x", 0.5, 0.4, 0.1], "wrong_type"),  # named entry 2
+    ],
+)
+def test_entries_that_are_not_what_the_field_holds_are_refused(client, field, value, code):
+    [row] = lines(R1)
+    row[field] = value
+    err = refused(client, "rank_1.jsonl", json.dumps(row))
+    assert (err["code"], err["field"], err["line"]) == (code, field, 1)
+    if field == "entropy":
+        assert "entry 2" in err["message"]
+
+
+def test_mask_entries_as_integers_are_read_as_booleans(client):
+    # 0/1 (and any other integer, 300 beyond an int8 included) read as not trained / trained.
+    [row] = lines(R1)
+    row["loss_mask"] = [0, 0, 0, 1, 300, 1]
+    _, [ep] = stored(client, "rank_1.jsonl", json.dumps(row))
+    assert ep["kinds"] == ["prompt"] * 3 + ["policy"] * 3
