@@ -1,4 +1,9 @@
-/* One fused pass for masked token-level and turn-level GAE (estimators.token.gae / turn_gae).
+/* The compiled passes of estimators/native.py: masked token-level and turn-level GAE (first,
+ * estimators.token.gae / turn_gae), then the trainers' dialects' passes (SkyRL's span GAE with its
+ * whitening, the row broadcast, row counts, masked returns, verl's optimal token baselines), each
+ * with its own comment below.
+ *
+ * One fused pass for masked token-level and turn-level GAE:
  *
  * The vectorised torch path (compress the mask, scatter, chunked scan, gather) needs about a
  * dozen passes over [B, T]; this kernel reads rewards, values and mask once and writes the two
@@ -320,16 +325,6 @@ static int push_run(span_job_t *j, int64_t off, int64_t len) {
         vn##i = vt;                                                                  \
     }
 
-#define SPAN_PREFETCH(i, t)
-#define SPAN_PREFETCH_OFF(i, t)                                                        \
-    if (((t) & 7) == 0 && (t) >= PF) {                                               \
-        __builtin_prefetch(&m##i[(t) - PF], 0, 0);                                   \
-        __builtin_prefetch(&r##i[(t) - PF], 0, 0);                                   \
-        if (HASV) __builtin_prefetch(&v##i[(t) - PF], 0, 0);                         \
-        __builtin_prefetch(&adv##i[(t) - PF], 1, 0);                                 \
-        __builtin_prefetch(&tgt##i[(t) - PF], 1, 0);                                 \
-    }
-
 /* Close row i: its last run (the span starts on a policy token) and its sums. */
 #define SPAN_CLOSE(i)                                                                \
     {                                                                                \
@@ -350,19 +345,15 @@ static int push_run(span_job_t *j, int64_t off, int64_t len) {
         int64_t k = 0;                                                               \
         for (; k < both; ++k) {                                                      \
             const int64_t t0 = hi0 - k, t1 = hi1 - k;                                \
-            SPAN_PREFETCH(0, t0)                                                     \
-            SPAN_PREFETCH(1, t1)                                                     \
             SPAN_STEP(VT, 0, t0)                                                     \
             SPAN_STEP(VT, 1, t1)                                                     \
         }                                                                            \
         for (int64_t k0 = k; k0 < L0; ++k0) {                                        \
             const int64_t t0 = hi0 - k0;                                             \
-            SPAN_PREFETCH(0, t0)                                                     \
             SPAN_STEP(VT, 0, t0)                                                     \
         }                                                                            \
         for (int64_t k1 = k; k1 < L1; ++k1) {                                        \
             const int64_t t1 = hi1 - k1;                                             \
-            SPAN_PREFETCH(1, t1)                                                     \
             SPAN_STEP(VT, 1, t1)                                                     \
         }                                                                            \
         SPAN_CLOSE(0)                                                                \

@@ -1,11 +1,13 @@
-"""The optional compiled kernel behind :func:`estimators.gae` and :func:`estimators.turn_gae`
-(``estimators/_native.c``).
+"""The optional compiled kernels (``estimators/_native.c``): behind :func:`estimators.gae` and
+:func:`estimators.turn_gae`, and the trainers' dialects' passes (``estimators/dialects/``:
+SkyRL's span GAE and returns with their whitening, the row broadcast and row counts, the masked
+returns, verl's optimal token baselines).
 
 ``pip install`` builds it when a C compiler is present (it is optional: without one the install
-still succeeds). When it is built and the inputs are CPU tensors, ``gae`` and ``turn_gae`` make
-one pass over the data instead of the vectorised torch path's dozen; the numbers are the same
-recursion, run in double (see ``tests/estimators/test_native.py``). Everything else falls back to
-the torch path, which is always available:
+still succeeds). When it is built and the inputs are CPU tensors, each function here makes one or
+two passes over the data instead of the torch path's several; the numbers are the same arithmetic
+(see ``tests/estimators/test_native.py`` and ``test_native_dialects.py``). Each returns None when
+it does not apply, and the caller falls back to the torch path, which is always available:
 
 * ``available()`` says whether the kernel is built;
 * ``CREDITLENS_NATIVE=0`` in the environment, ``set_default(False)`` (the server's setting does
