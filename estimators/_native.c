@@ -511,8 +511,9 @@ typedef struct {
     int vk, mk, select;
 } bc_job_t;
 
-/* x86-64 with GCC: an AVX2 build of the pass beside the baseline one, picked at load time. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* x86-64 with GCC and glibc (target_clones needs its ifunc): an AVX2 build of the pass beside the
+ * baseline one, picked at load time. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__)
 #define BC_TARGETS __attribute__((target_clones("avx2", "default")))
 #else
 #define BC_TARGETS
