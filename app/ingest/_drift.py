@@ -19,8 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from difflib import SequenceMatcher
+from typing import Any
+
+import numpy as np
 
 from app.ingest._notes import warn
+from app.ingest._tokenizer import TokenDecoder
 
 DRIFT_WARNING = (
     "token-in/token-out: a turn's prompt re-renders tokens the model sampled as other tokens; the "
@@ -197,3 +201,12 @@ class TurnAssembler:
         self._context = prompt + generated
         self._prompt_len = len(prompt)
         return len(new)
+
+
+def name_rerenders(drift: list[dict[str, Any]], tokenizer: TokenDecoder | None) -> None:
+    """Each drift record's re-rendered ids as the tokenizer's pieces (``rerendered_tokens``), for
+    the episode page to draw under the sampled ones; nothing without a tokenizer."""
+    if tokenizer is None:
+        return
+    for d in drift:
+        d["rerendered_tokens"] = tokenizer.row(np.asarray(d["rerendered_ids"], dtype=np.int64))[0]

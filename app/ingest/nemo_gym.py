@@ -30,7 +30,7 @@ from app.core.tokenize import tokenize
 from app.ingest._chat import add_text
 from app.ingest._common import Record, as_float, float_list, id_token, scalar_meta, short_hash
 from app.ingest._document import Document
-from app.ingest._drift import TurnAssembler
+from app.ingest._drift import TurnAssembler, name_rerenders
 from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, arguments_text, content_text
 from app.ingest._tokenizer import TokenDecoder
@@ -213,8 +213,7 @@ def _token_episode(
     special = None
     if tokenizer is not None:
         tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
-        for d in asm.drift:  # the re-rendered ids as the tokenizer's pieces, for the episode page
-            d["rerendered_tokens"] = tokenizer.row(np.asarray(d["rerendered_ids"], dtype=np.int64))[0]
+        name_rerenders(asm.drift, tokenizer)
     else:
         tokens = [id_token(x) for x in ids]
     return tokens, asm.kinds, asm.turns, ids, (logprobs if have_lp else None), special, asm.drift

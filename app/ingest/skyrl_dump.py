@@ -49,7 +49,7 @@ from app.core.errors import ApiError, located
 from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import short_hash
 from app.ingest._document import Document
-from app.ingest._drift import TurnAssembler
+from app.ingest._drift import TurnAssembler, name_rerenders
 from app.ingest._ids import dump_episode, shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
@@ -261,9 +261,7 @@ def _joined(samples: list[_Sample], traj: Any, tokenizer: TokenDecoder | None) -
     ids = asm.ids
     tokens = shown_tokens(ids, tokenizer, meta)
     if asm.drift:
-        if tokenizer is not None:  # the re-rendered ids as the tokenizer's pieces, for the page
-            for d in asm.drift:
-                d["rerendered_tokens"] = tokenizer.row(np.asarray(d["rerendered_ids"], dtype=np.int64))[0]
+        name_rerenders(asm.drift, tokenizer)
         meta["drift"] = asm.drift
     ep = dump_episode(
         tokens,

@@ -33,7 +33,7 @@ from app.core.schemas import EpisodeIn
 from app.ingest._chat import render_messages
 from app.ingest._common import Record, as_float, float_list, id_token, scalar_meta, short_hash
 from app.ingest._document import Document
-from app.ingest._drift import TurnAssembler
+from app.ingest._drift import TurnAssembler, name_rerenders
 from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, content_text
 from app.ingest._tokenizer import TokenDecoder
@@ -132,8 +132,7 @@ def _token_fields(
         tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
         if special:
             meta["special_tokens"] = special
-        for d in asm.drift:  # the re-rendered ids as the tokenizer's pieces, for the episode page
-            d["rerendered_tokens"] = tokenizer.row(np.asarray(d["rerendered_ids"], dtype=np.int64))[0]
+        name_rerenders(asm.drift, tokenizer)
     else:
         tokens = [id_token(x) for x in ids]
     if asm.drift:

@@ -37,12 +37,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import Record, short_hash
 from app.ingest._document import Document
-from app.ingest._drift import align_turn
+from app.ingest._drift import align_turn, name_rerenders
 from app.ingest._ids import shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._spans import SpanBuilder, arguments_text
@@ -345,11 +343,7 @@ def episodes(doc: Document, tokenizer: TokenDecoder | None) -> Iterator[Pair]:
                 if weights:
                     meta["token_signals"] = weights
                 tokens = shown_tokens(ids, tokenizer, meta)
-                if tokenizer is not None:  # the re-rendered ids as the tokenizer's pieces, for the page
-                    for d in meta.get("drift", []):
-                        d["rerendered_tokens"] = tokenizer.row(
-                            np.asarray(d["rerendered_ids"], dtype=np.int64)
-                        )[0]
+                name_rerenders(meta.get("drift", []), tokenizer)
                 yield (
                     rec.line,
                     EpisodeIn.model_construct(
