@@ -14,7 +14,8 @@ storage, so the figures are the reading alone):
   as a user sees it, each file uploaded to a real server (``POST /api/uploads`` with the raw bytes,
   as ``creditlens upload`` sends them, format detected) until stored and computable (the last
   episode's advantages answer 200), both in the same run, best of two each; with the server's CPU
-  seconds for each upload (the client sending 822 MB shares the machine).
+  seconds for each upload (the client sending 822 MB shares the machine) and the bytes each upload
+  adds to the server's SQLite file (checkpointed before and after, so nothing waits in the WAL).
 
 ``QUICK`` (``python -m bench --quick``) shrinks both.
 """
@@ -22,6 +23,7 @@ storage, so the figures are the reading alone):
 from __future__ import annotations
 
 import json
+import sqlite3
 import tempfile
 import time
 from collections.abc import Iterator
@@ -200,6 +202,14 @@ def run() -> dict[str, Any]:
     return out
 
 
+def _db_bytes(db: Path) -> int:
+    """The size of the server's SQLite file with its WAL checkpointed into it (the server is idle
+    between uploads, so the checkpoint completes)."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return db.stat().st_size
+
+
 def _until_computable(c: httpx.Client, pid: int, name: str, body: bytes) -> tuple[float, float]:
     """(wall seconds, server CPU seconds) from sending ``body`` to ``POST /api/uploads`` (raw
     bytes, as ``creditlens upload`` sends a file; format detected) until the last episode's
@@ -233,11 +243,14 @@ def _uploads(jsonl: bytes, st: bytes) -> dict[str, Any]:
     # The step is larger than the default upload limit (256 MB): raised for both.
     env = {"CREDITLENS_MAX_UPLOAD_BYTES": str(2 * len(jsonl))} if len(jsonl) > 200e6 else {}
     best: dict[str, tuple[float, float]] = {}
+    grew: dict[str, int] = {}
     with server(tmp, "drift", **env) as srv, httpx.Client(base_url=srv.base, timeout=1800) as c:
         _until_computable(c, srv.pid, "warm-up.safetensors", st)  # imports, first compile
         for _ in range(2):
             for name, body in (("step.safetensors", st), ("rank_0.jsonl", jsonl)):
+                size0 = _db_bytes(srv.db_path)
                 got = _until_computable(c, srv.pid, name, body)
+                grew[name] = _db_bytes(srv.db_path) - size0  # the same rows each time
                 best[name] = min(best.get(name, got), got)
     (t_st, cpu_st), (t_json, cpu_json) = best["step.safetensors"], best["rank_0.jsonl"]
     return {
@@ -246,6 +259,8 @@ def _uploads(jsonl: bytes, st: bytes) -> dict[str, Any]:
         "prime_rl_over_safetensors_upload": round(t_json / t_st, 1),
         "prime_rl_step_upload_server_cpu_seconds": round(cpu_json, 2),
         "safetensors_upload_server_cpu_seconds": round(cpu_st, 2),
+        "prime_rl_step_database_mb": round(grew["rank_0.jsonl"] / 1e6, 1),
+        "safetensors_same_data_database_mb": round(grew["step.safetensors"] / 1e6, 1),
     }
 
 
