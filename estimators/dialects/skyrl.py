@@ -86,7 +86,8 @@ def _whiten_span(raw: Tensor, span: Tensor, m: Tensor) -> Tensor:
     var = (torch.dot(flat, flat) / n - mean * mean) * bessel.to(torch.float64)
     mean_s = mean.to(raw.dtype)
     rs = torch.rsqrt(var.to(raw.dtype) + 1e-8)
-    return torch.where(m, raw, mean_s).sub_(mean_s).mul_(rs)
+    # 0 off the policy mask even when a NaN or inf made the mean NaN (as the kernel writes it)
+    return torch.where(m, (raw - mean_s).mul_(rs), torch.zeros((), dtype=raw.dtype))
 
 
 @_reg(

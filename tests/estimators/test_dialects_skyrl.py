@@ -270,3 +270,21 @@ def test_span_kernel_empty_shapes():
         r = torch.zeros(B, T)
         adv, tgt = native.span_gae(r, r, torch.ones(B, T), 0.9, 0.9)
         assert adv.shape == tgt.shape == (B, T)
+
+
+@pytest.mark.parametrize("path", GAE_PATHS)
+def test_span_kernel_a_nan_value_stays_on_the_policy_tokens(path):
+    """A NaN critic value makes the batch's whitening mean NaN: every policy token's advantage is
+    NaN, every other position still 0; the value targets are NaN in the NaN's row alone, both
+    paths alike (how far along the row differs: the kernel carries it backwards only, the torch
+    scan's chunks both ways)."""
+    rewards, values, mask, groups = agent_rows(seed=3)
+    values[2, 5] = float("nan")
+    with gae_path(path):
+        out = compute("skyrl:gae", _inp(rewards, mask, groups, values, 0.99, 0.95))
+    on = mask != 0
+    assert out.advantages[on].isnan().all()
+    assert out.advantages[~on].eq(0).all()
+    assert out.value_targets[~on].eq(0).all()
+    nan_rows = out.value_targets.isnan().any(1)
+    assert nan_rows.tolist() == [b == 2 for b in range(mask.shape[0])]
