@@ -20,6 +20,7 @@ from app.core import domain
 from app.core.domain import KIND_CODES, KIND_NAMES, POLICY
 from app.core.packing import pack, pack_text, unpack
 from app.core.schemas import EpisodeIn, Kind
+from app.core.token_signals import SignalArrays, pack_signals
 
 try:  # orjson is several times faster for the big token lists; json is the fallback.
     import orjson
@@ -87,9 +88,14 @@ ARRAY_COLUMNS = {
 
 
 def pack_row(row: dict[str, Any]) -> int:
-    """Pack a prepared episode row in place (its arrays and token JSON, app/core/packing.py) just
-    before it is written; returns the bytes its columns then take (arrays, tokens and meta)."""
+    """Pack a prepared episode row in place (its arrays, token JSON and token signals,
+    app/core/packing.py) just before it is written; returns the bytes its columns then take
+    (arrays, tokens, token signals and meta)."""
     size = 0
+    signals = row.get("token_signals")
+    if isinstance(signals, SignalArrays):
+        row["token_signals"] = pack_signals(signals)
+    size += len(row.get("token_signals") or b"")
     for name in ARRAY_COLUMNS:
         arr = row.get(name)
         if isinstance(arr, np.ndarray):

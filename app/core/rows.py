@@ -13,6 +13,8 @@ from typing import Literal, TypedDict, get_args
 
 import numpy as np
 
+from app.core.token_signals import SignalArrays
+
 # The per-token float64 fields, by name (app/core/arrays.py FLOAT_FIELDS, as a type).
 FloatField = Literal[
     "rewards", "values", "logprobs", "advantages", "ref_logprobs", "rollout_logprobs", "entropy"
@@ -45,4 +47,7 @@ class EpisodeRow(TypedDict):
     truncated: bool
     bootstrap_value: float | None
     tokens_json: str  # the token strings as JSON ("null": only ids were uploaded)
-    meta_json: str
+    meta_json: str  # the meta without the token_signals entries below
+    # meta.token_signals' per-token number lists as arrays (app/core/token_signals.py), packed
+    # into the ``token_signals`` column; None when the meta has none.
+    token_signals: SignalArrays | None

@@ -30,6 +30,7 @@ from app.core.errors import ApiError, located
 from app.core.rows import EpisodeRow
 from app.core.schemas import EpisodeIn
 from app.core.settings import Settings
+from app.core.token_signals import split
 
 Where = dict[str, int | None]  # {"line": ..., "episode": ...}
 
@@ -361,6 +362,7 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> Episo
         raise located(422, "missing_field", "field `tokens` is missing.", field="tokens", **where)
     rewards = row["rewards"]
     score = domain.score(kinds, domain.effective_rewards(kinds, rewards, ep.reward))
+    meta, signals = split(meta, n)  # per-token number lists: packed, not JSON text
     return EpisodeRow(
         rewards=rewards,
         values=row["values"],
@@ -384,4 +386,5 @@ def _prepare(ep: ArrayEpisode, where: Where, settings: Settings | None) -> Episo
         tokens_json=tokens_json,
         kinds=kinds,
         meta_json=json_dumps(meta),
+        token_signals=signals,
     )

@@ -1,9 +1,11 @@
 """Row codecs of the episode store: a stored ``episode`` row -> :class:`EpisodeArrays` for
 computation, or -> the native episode exactly as uploaded. The array and JSON codecs themselves are
-pure (app/core/arrays.py).
+pure (app/core/arrays.py, app/core/token_signals.py).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +23,14 @@ from app.core.arrays import (
 )
 from app.core.packing import unpack_text
 from app.core.schemas import EpisodeIn
+from app.core.token_signals import merge
 from app.storage.models import Episode
+
+
+def stored_meta(ep: Episode) -> Any:
+    """The episode's meta as uploaded: ``meta_json`` with ``meta.token_signals`` put back from the
+    ``token_signals`` column (migration 0014); a row stored before it has them in the JSON."""
+    return merge(json_loads(ep.meta_json), ep.token_signals)
 
 
 def stored_tokens(ep: Episode) -> list[str]:
@@ -46,7 +55,7 @@ def episode_arrays(ep: Episode) -> EpisodeArrays:
         floats,
         decode(ep.turn_ids, I32),
         stored_tokens(ep),
-        json_loads(ep.meta_json),
+        stored_meta(ep),
         None if ep.token_ids is None else decode(ep.token_ids, I32).astype(I64),
     )
 
@@ -57,7 +66,7 @@ def episode_to_native(ep: Episode) -> EpisodeIn:
     def fl(b: bytes | None) -> list[float] | None:
         return None if b is None else decode(b, F64).tolist()
 
-    meta = json_loads(ep.meta_json)
+    meta = stored_meta(ep)
     adv = ep.advantages
     old = meta.get("uploaded_advantages") if isinstance(meta, dict) else None
     if adv is not None and old is not None:

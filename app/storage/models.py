@@ -10,6 +10,9 @@ An episode's per-token arrays live in its own row, never one row per token:
   ``rewards``/``values``/``logprobs``/``advantages``/``ref_logprobs``/``rollout_logprobs``/
   ``entropy`` float64, ``turn_ids`` and ``token_ids`` int32 (app/storage/codecs.py). Rows stored
   before migration 0009 hold the plain little-endian arrays, and still read.
+* ``token_signals`` (migration 0014): ``meta.token_signals``, a format's other per-token number
+  lists, packed the same way (app/core/token_signals.py) and left out of ``meta_json``; rows
+  stored before it keep them in ``meta_json``, and read the same.
 
 Per-episode summaries (``score``, ``reward``, ``passed``, ``n_tokens``, ``group``, ``task``) are
 columns so batch diagnostics and group baselines never need to decode the arrays. A run step's
@@ -122,6 +125,8 @@ class Episode(SQLModel, table=True):
     entropy: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     token_ids: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     meta_json: str = Field(default="{}", sa_column=Column(Text, nullable=False))
+    # meta.token_signals packed (added by migration 0014; None: none, or a row stored before it).
+    token_signals: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
 
 
 # The numeric search fields of an episode (columns of ``EpisodeSearch``): the covering index
