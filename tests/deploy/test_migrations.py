@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -141,3 +143,37 @@ def test_search_fields_move_to_episode_search_and_nothing_else_is_lost(tmp_path)
         "finding_codes": "E_CODE",
     }
     assert "max_abs_adv" not in {c["name"] for c in inspect(engine).get_columns("episode")}
+
+
+def test_token_signals_go_back_into_meta_json_on_downgrade(tmp_path):
+    """0014 packs meta.token_signals into episode.token_signals; its downgrade puts them back into
+    meta_json (where and as they were) before dropping the column, so nothing is lost."""
+    from app.core.token_signals import pack_signals, split
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'm.db'}")
+    import_models()
+    upgrade(engine)
+    meta = {"task": "t", "token_signals": {"w": [0.5, None, 1.0], "labels": ["a", "b", "c"]}, "z": 1}
+    rest, arrays = split(meta, 3)
+    assert arrays is not None
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO batch (id, name, source, created_at, n_episodes, meta_json) "
+                "VALUES (1, 'b', 'upload', '2026-01-01 00:00:00', 1, '{}')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO episode (id, slug, batch_id, position, n_tokens, n_policy, n_turns, score, "
+                "passed, truncated, tokens_json, kinds, meta_json, token_signals) VALUES (1, 'e1', 1, 0, "
+                "3, 3, 1, 0.0, 0, 0, '[]', x'010101', :m, :b)"
+            ),
+            {"m": json.dumps(rest), "b": pack_signals(arrays)},
+        )
+    downgrade(engine, "0013")
+    assert "token_signals" not in {c["name"] for c in inspect(engine).get_columns("episode")}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT meta_json FROM episode")).scalar_one() == json.dumps(
+            meta, separators=(",", ":")
+        )
