@@ -12,6 +12,8 @@ JSON gave before:
   null wherever the number is not finite (JSON has no NaN or infinity: orjson writes null);
 * a list of ints, or of booleans (nulls allowed), is an int64 or uint8 array with a null mask and
   reads back as ints or booleans;
+* a 1-D numpy array of one entry per token (a reader may hand its own array over instead of a
+  list) is packed as it is, and reads back as the list JSON would have made of it;
 * anything else (strings, nested lists, ints mixed with floats, a list of another length than
   the tokens, ints beyond 64 bits) stays in ``meta_json`` as before.
 
@@ -59,6 +61,8 @@ class SignalArrays:
 
 def _all(values: list[Any], positions: np.ndarray | None, kind: type) -> bool:
     """Every element of ``values`` (at ``positions`` only, when given) has exactly type ``kind``."""
+    if positions is not None and 2 * len(positions) >= len(values):
+        positions = None  # most of them: one pass over the list is cheaper than picking
     items = values if positions is None else map(values.__getitem__, positions.tolist())
     return set(map(type, items)) == {kind}
 
@@ -66,6 +70,13 @@ def _all(values: list[Any], positions: np.ndarray | None, kind: type) -> bool:
 def typed_array(values: Any, n: int) -> tuple[str, np.ndarray, np.ndarray | None] | None:
     """(type, array, null mask) of one ``token_signals`` entry, or None when it stays JSON (not a
     list of ``n`` JSON numbers of one type, nulls allowed; see the module docstring)."""
+    if isinstance(values, np.ndarray) and values.ndim == 1 and len(values) == n and n:
+        if values.dtype.kind == "f":  # a reader's own array: NaN reads as null, as JSON wrote it
+            return "f", values.astype(np.float64, copy=False), None
+        if values.dtype.kind in "iu" and int(values.max()) < 2**63:
+            return "i", values.astype(np.int64, copy=False), None
+        if values.dtype == np.dtype(np.bool_):
+            return "b", values.view(np.uint8), None
     if not isinstance(values, list) or len(values) != n or n == 0:
         return None
     try:

@@ -192,3 +192,23 @@ def test_stored_bytes_count_the_blob(client):
     with client.app.state.engine.connect() as conn:
         stored = conn.execute(text("SELECT stored_bytes FROM batch")).scalar_one()
     assert blob is not None and stored >= len(blob) + len(meta_json)
+
+
+def test_a_readers_own_arrays_read_back_as_the_lists_json_would_give():
+    """A reader may hand numpy arrays over instead of lists: packed as they are, read as lists."""
+    f = np.array([0.5, np.nan, -0.0, 1.0])
+    i = np.array([3, 0, -2, 7], dtype=np.int64)
+    b = np.array([True, False, False, True])
+    rest, arrays = ts.split({"a": 1, "token_signals": {"f": f, "i": i, "b": b}}, 4)
+    assert rest == {"a": 1} and arrays is not None
+    meta = ts.merge(rest, ts.pack_signals(arrays))
+    assert json.dumps(meta) == json.dumps(
+        {
+            "a": 1,
+            "token_signals": {
+                "f": [0.5, None, -0.0, 1.0],
+                "i": [3, 0, -2, 7],
+                "b": [True, False, False, True],
+            },
+        }
+    )
