@@ -30,6 +30,7 @@ no blob and keep their JSON.
 from __future__ import annotations
 
 import json
+import operator
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -59,14 +60,6 @@ class SignalArrays:
     arrays: dict[str, tuple[str, np.ndarray, np.ndarray | None]] = field(default_factory=dict)
 
 
-def _all(values: list[Any], positions: np.ndarray | None, kind: type) -> bool:
-    """Every element of ``values`` (at ``positions`` only, when given) has exactly type ``kind``."""
-    if positions is not None and 2 * len(positions) >= len(values):
-        positions = None  # most of them: one pass over the list is cheaper than picking
-    items = values if positions is None else map(values.__getitem__, positions.tolist())
-    return set(map(type, items)) == {kind}
-
-
 def typed_array(values: Any, n: int) -> tuple[str, np.ndarray, np.ndarray | None] | None:
     """(type, array, null mask) of one ``token_signals`` entry, or None when it stays JSON (not a
     list of ``n`` JSON numbers of one type, nulls allowed; see the module docstring)."""
@@ -79,22 +72,9 @@ def typed_array(values: Any, n: int) -> tuple[str, np.ndarray, np.ndarray | None
             return "b", values.view(np.uint8), None
     if not isinstance(values, list) or len(values) != n or n == 0:
         return None
-    try:
-        a = np.array(values)  # numpy's type inference, in C
-    except (ValueError, TypeError, OverflowError):
-        return None
-    if a.ndim != 1:
-        return None
-    if a.dtype == np.dtype(np.float64):
-        # An int or a bool becomes a whole number here: only those positions can hide one.
-        whole = np.flatnonzero(a == np.trunc(a))
-        return ("f", a, None) if not whole.size or _all(values, whole, float) else None
-    if a.dtype == np.dtype(np.bool_):
-        return ("b", a.view(np.uint8), None)
-    if a.dtype.kind == "i" and _all(values, None, int):
-        return ("i", a.astype(np.int64, copy=False), None)
-    if a.dtype.kind != "O":
-        return None
+    # The common case, every element a float, in two C-level passes (a type count, then the copy).
+    if operator.countOf(map(type, values), float) == n:
+        return "f", np.fromiter(values, dtype=np.float64, count=n), None
     types = set(map(type, values))
     types.discard(type(None))
     kind = next((k for k, t in _PY.items() if types == {t}), "f" if not types else None)
@@ -103,12 +83,12 @@ def typed_array(values: Any, n: int) -> tuple[str, np.ndarray, np.ndarray | None
     if kind == "f":
         return "f", np.array(values, dtype=np.float64), None  # null -> NaN
     nulls = np.fromiter((v is None for v in values), dtype=np.bool_, count=n)
-    filled = [0 if v is None else v for v in values]
+    filled = [0 if v is None else v for v in values] if nulls.any() else values
     try:
         arr = np.array(filled, dtype=_DTYPES["i"] if kind == "i" else np.dtype(np.bool_))
     except OverflowError:  # beyond int64: stays JSON
         return None
-    return kind, arr.view(np.uint8) if kind == "b" else arr, nulls
+    return kind, arr.view(np.uint8) if kind == "b" else arr, nulls if nulls.any() else None
 
 
 def split(meta: dict[str, Any], n: int) -> tuple[dict[str, Any], SignalArrays | None]:
