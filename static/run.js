@@ -142,10 +142,11 @@ export function defaultLogged(names) {
   return names.find((n) => /(^|\/)(reward|score)/i.test(n)) || names.find((n) => /reward|score/i.test(n)) || names[0];
 }
 
-async function drawLogged(steps) {
+async function drawLogged(steps, nLogged) {
   const section = $("logged");
   const base = `${init.api}/logged-metrics`;
-  const head = await fetchJSON(`${base}?names=`);
+  // The run's answer says whether it has any: a run without a log asks for nothing more.
+  const head = nLogged ? await fetchJSON(`${base}?names=`) : { n_steps: 0 };
   if (!head.n_steps) {
     section.dataset.ready = "none";
     return;
@@ -215,9 +216,11 @@ async function main() {
   const timeline = $("timeline");
   let later = [];
   let steps = [];
+  let nLogged = 0;
   try {
     const run = await fetchJSON(init.api);
     steps = run.steps;
+    nLogged = run.n_logged_steps || 0;
     performance.mark("run:fetched");
     const last = steps.length ? steps[steps.length - 1].step : null;
     $("r-meta").textContent = `${steps.length} step${steps.length === 1 ? "" : "s"}${last === null ? "" : ` (last: ${last})`} · created ${when(run.created_at)}`;
@@ -247,7 +250,7 @@ async function main() {
   performance.mark("run:drawn");
   timeline.dataset.drawn = "all";
   try {
-    await drawLogged(steps);
+    await drawLogged(steps, nLogged);
   } catch (e) {
     const box = $("error");
     box.hidden = false;

@@ -359,6 +359,9 @@ class RunOut(RunSummaryOut):
     """GET /api/runs/{id}: the run, its config and every step's stored metrics."""
 
     config: dict[str, Any]
+    n_logged_steps: int = Field(
+        0, description="steps with the trainer's own logged metrics (GET /api/runs/{id}/logged-metrics)"
+    )
     steps: list[RunStepOut]
 
 

@@ -31,6 +31,7 @@ from app.http.api._json import dumps, json_response
 from app.http.api.batches import _iso
 from app.http.api.deps import client_protocol, require_write, stored_id
 from app.http.api.uploads import FormatQuery, NameQuery, TrainerQuery, ingest, ingest_thread, read_upload
+from app.storage import logged_metrics as lm
 from app.storage import runs as rs
 from app.storage.db import SessionDep
 from app.storage.episode_search import FIELDS, LIMIT_DEFAULT, LIMIT_MAX, search
@@ -264,6 +265,8 @@ def get_run(session: SessionDep, run_id: str = RunId) -> Response:
     size = sum(s.stored_bytes or 0 for s in steps)
     body = _summary(run, len(steps), steps[-1].step if steps else None, size)
     body["config"] = json_loads(run.config_json)
+    # Whether the page asks for the trainer's own metrics (GET .../logged-metrics) at all.
+    body["n_logged_steps"] = lm.count_steps(session, stored_id(run))
     # The steps' stored metrics are JSON text already: spliced in as stored rather than parsed
     # and serialised again (that was most of this answer's time for a 1,000-step run).
     head = dumps(body)[:-1]

@@ -63,6 +63,9 @@ def test_attach_a_verl_log_and_read_it_back_as_series(client, tmp_path, monkeypa
     assert list(only["metrics"]) == ["actor/entropy"] and len(only["names"]) == 2
     names_only = client.get(f"/api/runs/{run['id']}/logged-metrics", params={"names": ""}).json()
     assert names_only["metrics"] == {} and names_only["names"] == got["names"]
+    # The run's own answer says it has them (the run page asks for them only then).
+    assert client.get(f"/api/runs/{run['id']}").json()["n_logged_steps"] == 3
+    assert client.get(f"/api/runs/{_run(client)['id']}").json()["n_logged_steps"] == 0
 
 
 def test_reattaching_merges_by_step_and_replace_drops_the_rest(client):
