@@ -239,12 +239,16 @@ def _chunks(body: bytes, size: int = 1 << 20) -> Iterator[bytes]:
 def _uploads(jsonl: bytes, st: bytes) -> dict[str, Any]:
     """The prime-rl step and its safetensors twin, each uploaded to one real server until stored
     and computable, alternated, best of two."""
-    tmp = Path(tempfile.mkdtemp(prefix="creditlens-bench-drift-"))
     # The step is larger than the default upload limit (256 MB): raised for both.
     env = {"CREDITLENS_MAX_UPLOAD_BYTES": str(2 * len(jsonl))} if len(jsonl) > 200e6 else {}
     best: dict[str, tuple[float, float]] = {}
     grew: dict[str, int] = {}
-    with server(tmp, "drift", **env) as srv, httpx.Client(base_url=srv.base, timeout=1800) as c:
+    # The server's database (~1 GB after the five uploads) goes with the folder.
+    with (
+        tempfile.TemporaryDirectory(prefix="creditlens-bench-drift-") as tmp,
+        server(Path(tmp), "drift", **env) as srv,
+        httpx.Client(base_url=srv.base, timeout=1800) as c,
+    ):
         _until_computable(c, srv.pid, "warm-up.safetensors", st)  # imports, first compile
         for _ in range(2):
             for name, body in (("step.safetensors", st), ("rank_0.jsonl", jsonl)):
