@@ -203,6 +203,13 @@ class TurnAssembler:
         return len(new)
 
 
+def keep_drift(meta: dict[str, Any], drift: list[dict[str, Any]], tokenizer: TokenDecoder | None) -> None:
+    """``meta["drift"]``: the episode's re-renders (none: no key), named by the tokenizer's pieces."""
+    if drift:
+        name_rerenders(drift, tokenizer)
+        meta["drift"] = drift
+
+
 def name_rerenders(drift: list[dict[str, Any]], tokenizer: TokenDecoder | None) -> None:
     """Each drift record's re-rendered ids as the tokenizer's pieces (``rerendered_tokens``), for
     the episode page to draw under the sampled ones; nothing without a tokenizer."""

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import chat_episode, piece_kinds, record_meta, render_messages, render_policy
-from app.ingest._common import Record, id_token, scalar_meta, short_hash, sub_object
+from app.ingest._common import Record, scalar_meta, short_hash, sub_object
 from app.ingest._document import Document
-from app.ingest._drift import TurnAssembler, name_rerenders
+from app.ingest._drift import TurnAssembler, keep_drift
+from app.ingest._ids import shown_tokens
 from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, content_text
 from app.ingest._tokenizer import TokenDecoder
@@ -132,16 +131,10 @@ def _token_episode(calls: list[_Call], tokenizer: TokenDecoder | None) -> dict[s
             logprobs = None
     ids, kinds = asm.ids, asm.kinds
     meta: dict[str, Any] = {}
+    tokens = shown_tokens(ids, tokenizer, meta)
     if tokenizer is not None:
-        tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
         kinds = piece_kinds(tokens, kinds)  # tool blocks left inside a response (text rule)
-        if special:
-            meta["special_tokens"] = special
-        name_rerenders(asm.drift, tokenizer)
-    else:
-        tokens = [id_token(x) for x in ids]
-    if asm.drift:
-        meta["drift"] = asm.drift
+    keep_drift(meta, asm.drift, tokenizer)
     return {
         "tokens": tokens,
         "kinds": kinds,

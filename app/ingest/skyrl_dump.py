@@ -49,7 +49,7 @@ from app.core.errors import ApiError, located
 from app.core.schemas import EpisodeIn, Kind
 from app.ingest._common import short_hash
 from app.ingest._document import Document
-from app.ingest._drift import TurnAssembler, name_rerenders
+from app.ingest._drift import TurnAssembler, keep_drift
 from app.ingest._ids import dump_episode, shown_tokens
 from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
@@ -260,9 +260,7 @@ def _joined(samples: list[_Sample], traj: Any, tokenizer: TokenDecoder | None) -
         meta["token_signals"] = sigs
     ids = asm.ids
     tokens = shown_tokens(ids, tokenizer, meta)
-    if asm.drift:
-        name_rerenders(asm.drift, tokenizer)
-        meta["drift"] = asm.drift
+    keep_drift(meta, asm.drift, tokenizer)
     ep = dump_episode(
         tokens,
         asm.kinds,  # type: ignore[arg-type]

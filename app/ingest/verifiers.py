@@ -27,13 +27,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from app.core.schemas import EpisodeIn
 from app.ingest._chat import render_messages
-from app.ingest._common import Record, as_float, float_list, id_token, scalar_meta, short_hash
+from app.ingest._common import Record, as_float, float_list, scalar_meta, short_hash
 from app.ingest._document import Document
-from app.ingest._drift import TurnAssembler, name_rerenders
+from app.ingest._drift import TurnAssembler, keep_drift
+from app.ingest._ids import shown_tokens
 from app.ingest._registry import register_format
 from app.ingest._spans import SpanBuilder, content_text
 from app.ingest._tokenizer import TokenDecoder
@@ -128,15 +127,8 @@ def _token_fields(
         else:
             logprobs = None
     ids = asm.ids
-    if tokenizer is not None:
-        tokens, special = tokenizer.row(np.asarray(ids, dtype=np.int64))
-        if special:
-            meta["special_tokens"] = special
-        name_rerenders(asm.drift, tokenizer)
-    else:
-        tokens = [id_token(x) for x in ids]
-    if asm.drift:
-        meta["drift"] = asm.drift
+    tokens = shown_tokens(ids, tokenizer, meta)
+    keep_drift(meta, asm.drift, tokenizer)
     if reasons:
         meta["mask_misaligned"] = {"reason": "; ".join(reasons), "at": at}
     return {
