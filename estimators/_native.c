@@ -156,6 +156,30 @@ static void *gae_job(void *arg) {
 
 #define MAX_THREADS 64
 
+/* The threads a kernel runs on: at least 1, at most MAX_THREADS and at most one per row. */
+static int thread_count(int threads, long long B) {
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if ((long long)threads > B) threads = B > 0 ? (int)B : 1;
+    return threads;
+}
+
+/* Run fn over jobs[0 .. threads) (each `size` bytes apart): job 0 on the calling thread, the others
+ * on threads of their own, or here when a thread cannot start. Call with the GIL released. */
+static void run_jobs(void *(*fn)(void *), void *jobs, size_t size, int threads) {
+    pthread_t tids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    char *at = (char *)jobs;
+    for (int i = 1; i < threads; ++i) started[i] = pthread_create(&tids[i], NULL, fn, at + i * size) == 0;
+    fn(at);
+    for (int i = 1; i < threads; ++i) {
+        if (started[i])
+            pthread_join(tids[i], NULL);
+        else
+            fn(at + i * size); /* could not start a thread: do its rows here */
+    }
+}
+
 static PyObject *run(int turns, unsigned long long r, unsigned long long v, unsigned long long m,
                      unsigned long long ids, unsigned long long lv, unsigned long long adv,
                      unsigned long long tgt, long long B, long long T, double gamma, double lam,
@@ -164,12 +188,8 @@ static PyObject *run(int turns, unsigned long long r, unsigned long long v, unsi
         PyErr_SetString(PyExc_ValueError, "bad shape or dtype code");
         return NULL;
     }
-    if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if ((long long)threads > B) threads = B > 0 ? (int)B : 1;
+    threads = thread_count(threads, B);
     job_t jobs[MAX_THREADS];
-    pthread_t tids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
     Py_BEGIN_ALLOW_THREADS
     for (int i = 0; i < threads; ++i) {
         jobs[i] = (job_t){(const void *)(uintptr_t)r, (const void *)(uintptr_t)v,
@@ -178,15 +198,7 @@ static PyObject *run(int turns, unsigned long long r, unsigned long long v, unsi
                           (void *)(uintptr_t)adv, (void *)(uintptr_t)tgt, T,
                           B * i / threads, B * (i + 1) / threads, gamma, gamma * lam, vk, mk};
     }
-    for (int i = 1; i < threads; ++i)
-        started[i] = pthread_create(&tids[i], NULL, gae_job, &jobs[i]) == 0;
-    gae_job(&jobs[0]);
-    for (int i = 1; i < threads; ++i) {
-        if (started[i])
-            pthread_join(tids[i], NULL);
-        else
-            gae_job(&jobs[i]); /* could not start a thread: do its rows here */
-    }
+    run_jobs(gae_job, jobs, sizeof jobs[0], threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -422,20 +434,6 @@ static void *span_phase2(void *arg) {
     return NULL;
 }
 
-/* Run fn over the jobs on `threads` threads (the calling one included). */
-static void run_jobs(void *(*fn)(void *), span_job_t *jobs, int threads) {
-    pthread_t tids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    for (int i = 1; i < threads; ++i) started[i] = pthread_create(&tids[i], NULL, fn, &jobs[i]) == 0;
-    fn(&jobs[0]);
-    for (int i = 1; i < threads; ++i) {
-        if (started[i])
-            pthread_join(tids[i], NULL);
-        else
-            fn(&jobs[i]);
-    }
-}
-
 static PyObject *native_span_gae(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long r, v, m, adv, tgt;
@@ -449,9 +447,7 @@ static PyObject *native_span_gae(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "bad shape or dtype code");
         return NULL;
     }
-    if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if ((long long)threads > B) threads = B > 0 ? (int)B : 1;
+    threads = thread_count(threads, B);
     span_job_t jobs[MAX_THREADS];
     double sum = 0.0, sumsq = 0.0;
     int64_t n = 0;
@@ -466,7 +462,7 @@ static PyObject *native_span_gae(PyObject *self, PyObject *args) {
                                .tgt = (void *)(uintptr_t)tgt, .T = T, .row0 = a, .row1 = e,
                                .g = gamma, .c = gamma * lam, .vk = vk, .mk = mk};
     }
-    run_jobs(span_phase1, jobs, threads);
+    run_jobs(span_phase1, jobs, sizeof jobs[0], threads);
     for (int i = 0; i < threads; ++i) { /* in job order: the same sums for the same threads */
         sum += jobs[i].sum;
         sumsq += jobs[i].sumsq;
@@ -488,7 +484,7 @@ static PyObject *native_span_gae(PyObject *self, PyObject *args) {
             jobs[i].mean = mean;
             jobs[i].rs = rs;
         }
-        run_jobs(span_phase2, jobs, threads);
+        run_jobs(span_phase2, jobs, sizeof jobs[0], threads);
     }
     for (int i = 0; i < threads; ++i) free(jobs[i].runs);
     Py_END_ALLOW_THREADS
@@ -566,26 +562,14 @@ static PyObject *native_row_broadcast(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "bad shape or dtype code");
         return NULL;
     }
-    if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if ((long long)threads > B) threads = B > 0 ? (int)B : 1;
+    threads = thread_count(threads, B);
     bc_job_t jobs[MAX_THREADS];
-    pthread_t tids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
     Py_BEGIN_ALLOW_THREADS
     for (int i = 0; i < threads; ++i)
         jobs[i] = (bc_job_t){(const void *)(uintptr_t)a, (const void *)(uintptr_t)m,
                              (void *)(uintptr_t)out, T, B * i / threads, B * (i + 1) / threads,
                              vk, mk, select};
-    for (int i = 1; i < threads; ++i)
-        started[i] = pthread_create(&tids[i], NULL, bc_job, &jobs[i]) == 0;
-    bc_job(&jobs[0]);
-    for (int i = 1; i < threads; ++i) {
-        if (started[i])
-            pthread_join(tids[i], NULL);
-        else
-            bc_job(&jobs[i]);
-    }
+    run_jobs(bc_job, jobs, sizeof jobs[0], threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -691,27 +675,15 @@ static PyObject *native_masked_returns(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "bad shape or dtype code");
         return NULL;
     }
-    if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if ((long long)threads > B) threads = B > 0 ? (int)B : 1;
+    threads = thread_count(threads, B);
     ret_job_t jobs[MAX_THREADS];
-    pthread_t tids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
     Py_BEGIN_ALLOW_THREADS
     for (int i = 0; i < threads; ++i)
         jobs[i] = (ret_job_t){(const void *)(uintptr_t)r, (const void *)(uintptr_t)m,
                               (const void *)(uintptr_t)base, (void *)(uintptr_t)ret,
                               (void *)(uintptr_t)adv, T, B * i / threads, B * (i + 1) / threads,
                               gamma, vk, mk};
-    for (int i = 1; i < threads; ++i)
-        started[i] = pthread_create(&tids[i], NULL, ret_job, &jobs[i]) == 0;
-    ret_job(&jobs[0]);
-    for (int i = 1; i < threads; ++i) {
-        if (started[i])
-            pthread_join(tids[i], NULL);
-        else
-            ret_job(&jobs[i]);
-    }
+    run_jobs(ret_job, jobs, sizeof jobs[0], threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
