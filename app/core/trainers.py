@@ -89,6 +89,24 @@ def _has(config: Mapping[str, Any], dotted: str) -> bool:
     return True
 
 
+def configured(
+    base: Mapping[str, Any], config: Mapping[str, Any], config_text: str | None, trainer: str | None
+) -> dict[str, Any]:
+    """A run's configuration: ``base`` (what it had), then the configuration file ``config_text``
+    (app/core/configs.py), then ``config``'s settings on top, with ``trainer`` under its key (named,
+    else the configuration's own, else its shape's: :func:`trainer_of_config`; 422 if unknown)."""
+    from app.core.configs import merged, parse_config
+
+    out = dict(base)
+    if config_text:
+        out = merged(out, parse_config(config_text, "config_text"))
+    out = merged(out, dict(config))
+    named = check_trainer(trainer or trainer_of_config(out), "trainer")
+    if named:
+        out["trainer"] = named
+    return out
+
+
 def flat(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted key, value) of every leaf of a nested configuration."""
     for k, v in config.items():

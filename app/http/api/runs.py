@@ -11,7 +11,6 @@ from sqlmodel import Session
 
 from app.core import urls
 from app.core.arrays import json_loads
-from app.core.configs import merged, parse_config
 from app.core.errors import ApiError, not_found
 from app.core.protocol import check_protocol
 from app.core.schemas import (
@@ -26,7 +25,7 @@ from app.core.schemas import (
     RunSummaryOut,
     StepUploadOut,
 )
-from app.core.trainers import check_trainer, trainer_of_config
+from app.core.trainers import configured
 from app.http.api._json import dumps, json_response
 from app.http.api.batches import _iso
 from app.http.api.deps import client_protocol, require_write, stored_id
@@ -90,12 +89,7 @@ def create_run(body: RunIn, request: Request, session: SessionDep) -> Response:
     this server's is a 400 naming both."""
     check_protocol(body.protocol, "protocol")
     visibility = body.visibility or request.app.state.settings.default_visibility
-    config = body.config
-    if body.config_text:  # the trainer's own file (app/core/configs.py); the JSON keys win
-        config = merged(parse_config(body.config_text, "config_text"), config)
-    # Named, else a config's own ``trainer`` key, else the shape of a known trainer's config.
-    trainer = check_trainer(body.trainer or trainer_of_config(config), "trainer")
-    config = {**config, "trainer": trainer} if trainer else config
+    config = configured({}, body.config, body.config_text, body.trainer)
     run, token = rs.create_run(session, body.name, config, visibility, body.keep, body.keep_every)
     ref = rs.run_ref(run)
     out = {"id": run.id, "ref": ref, "url": urls.run(ref), "api_url": urls.api_run(ref)}
@@ -114,13 +108,7 @@ def patch_run(body: RunConfigIn, session: SessionDep, run_id: str = RunId) -> Re
     configuration, setting by setting, and name its ``trainer``; the run's steps posted from now
     on read it (its estimator, options, gamma and lambda). Answers ``{"id", "ref", "config"}``."""
     run = rs.run_by_ref_or_404(session, run_id)
-    config = rs.run_config(run)
-    if body.config_text:
-        config = merged(config, parse_config(body.config_text, "config_text"))
-    config = merged(config, body.config)
-    trainer = check_trainer(body.trainer or trainer_of_config(config), "trainer")
-    if trainer:
-        config["trainer"] = trainer
+    config = configured(rs.run_config(run), body.config, body.config_text, body.trainer)
     rs.set_run_config(session, run, config)
     return json_response({"id": stored_id(run), "ref": rs.run_ref(run), "config": config})
 
