@@ -21,6 +21,7 @@ Inspect AI's ``.eval``, gzip):
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -158,7 +159,7 @@ def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[
     problems: list[str] = []
     skipped_errors = 0
     missing_reward = 0
-    unknown: dict[str, int] = {}
+    unknown: Counter[str] = Counter()  # role -> messages kept as prompt
     for rec, member in _chain(head, it):
         plan = plans.of(rec.obj)
         if plan is None:
@@ -179,8 +180,7 @@ def episodes(doc: Document, _tokenizer: TokenDecoder | None = None) -> Iterator[
             continue
         for obj, where, own in _episode_plans(rec.obj, plan):
             built = build_episode(obj, own.parts, where, SOURCE, own.texts)
-            for role, count in built.unknown_roles.items():
-                unknown[role] = unknown.get(role, 0) + count
+            unknown.update(built.unknown_roles)
             if built.episode is None:
                 problems.append(f"{_where(rec, member)}{' ' + where if where else ''}: {built.problem}")
                 continue
@@ -286,15 +286,14 @@ def _opencode_sessions(first: Record, found: list[Session], what: str, kind: str
     files; ``what`` says which): one episode per session in which the model speaks."""
     n = missing = 0
     problems: list[str] = []
-    unknown: dict[str, int] = {}
+    unknown: Counter[str] = Counter()  # role -> messages kept as prompt
     for sess in found:
         rec = session_record(sess)
         if not any(m["role"] == "assistant" for m in rec["messages"]):
             problems.append(f"session {sess.id}: no message of the model")
             continue
         built = build_episode(rec, [("messages",)], f"session {sess.id}", SOURCE)
-        for role, count in built.unknown_roles.items():
-            unknown[role] = unknown.get(role, 0) + count
+        unknown.update(built.unknown_roles)
         if built.episode is None:
             problems.append(f"session {sess.id}: {built.problem}")
             continue
@@ -323,14 +322,13 @@ def _run_traces(first: Record, rest: Iterator[tuple[Record, str]]) -> Iterator[P
     runs, other = merge_runs(objs)
     n = missing = 0
     problems: list[str] = []
-    unknown: dict[str, int] = {}
+    unknown: Counter[str] = Counter()  # role -> messages kept as prompt
     for tid, trace_runs in traces(runs):
         if not any(r["run_type"] == "llm" for r in trace_runs):
             problems.append(f"trace {tid}: {len(trace_runs)} runs and no `llm` run")
             continue
         built = build_episode(trace_record(tid, trace_runs), [("messages",)], f"trace {tid}", SOURCE)
-        for role, count in built.unknown_roles.items():
-            unknown[role] = unknown.get(role, 0) + count
+        unknown.update(built.unknown_roles)
         if built.episode is None:
             problems.append(f"trace {tid}: {built.problem}")
             continue
