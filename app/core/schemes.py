@@ -236,7 +236,7 @@ def parse_option(name: str, param: str, raw: Any) -> Any:
     from app.core.errors import ApiError
 
     default = options_of(name)[param]
-    text = option_text(raw).strip() if not isinstance(raw, str) else raw.strip()
+    text = option_text(raw).strip()
 
     def bad(takes: str) -> ApiError:
         return ApiError(
