@@ -211,8 +211,19 @@ def from_native(ep: EpisodeIn, where: Where) -> ArrayEpisode:
     )
 
 
+def _signal_list(values: Any) -> Any:
+    """A ``meta.token_signals`` entry as JSON would read it: a numpy array as a list (null where a
+    float is not finite, as orjson writes it); anything else as it is."""
+    if not isinstance(values, np.ndarray):
+        return values
+    if values.dtype.kind == "f" and not (finite := np.isfinite(values)).all():
+        return [x if ok else None for x, ok in zip(values.tolist(), finite.tolist(), strict=True)]
+    return values.tolist()
+
+
 def native_of(ep: ArrayEpisode) -> EpisodeIn:
-    """An array episode as a native one (for the offline CLI; not validated here)."""
+    """An array episode as a native one (for the offline CLI; not validated here). Its
+    ``meta.token_signals`` arrays become lists, as the stored episode reads them back."""
     if ep.tokens is not None:
         tokens = list(ep.tokens)
     elif ep.tokens_json is not None and ep.tokens_json != "null":
@@ -222,6 +233,9 @@ def native_of(ep: ArrayEpisode) -> EpisodeIn:
     floats = {
         n: (None if (a := ep.floats.get(n)) is None else np.asarray(a, F64).tolist()) for n in FLOAT_FIELDS
     }
+    meta = ep.meta
+    if isinstance(signals := meta.get("token_signals"), dict):
+        meta = {**meta, "token_signals": {k: _signal_list(v) for k, v in signals.items()}}
     return EpisodeIn.model_construct(
         tokens=tokens,
         kinds=kind_names(np.asarray(ep.kinds, dtype=np.uint8)),
@@ -232,7 +246,7 @@ def native_of(ep: ArrayEpisode) -> EpisodeIn:
         group=ep.group,
         truncated=ep.truncated,
         bootstrap_value=ep.bootstrap_value,
-        meta=ep.meta,
+        meta=meta,
     )
 
 

@@ -3,8 +3,9 @@
 The tensors are named like the native fields (see ``client/creditlens/wire.py`` for the full table):
 ``kinds`` uint8 [B, T] (0 prompt, 1 policy, 2 tool, 255 padding, dropped), ``token_ids`` int
 [B, T], float [B, T] ``rewards``, ``values``, ``logprobs``, ``ref_logprobs``,
-``rollout_logprobs``, ``entropy``, ``advantages``; [B] ``reward`` (float) and ``groups`` (int).
-The file's ``__metadata__`` may carry JSON strings: ``tokens`` (B lists of display strings, one
+``rollout_logprobs``, ``entropy``, ``advantages``; [B] ``reward`` (float) and ``groups`` (int);
+any number of ``token_signals.<name>`` [B, T] (float, int or BOOL: the user's own per-token
+signals). The file's ``__metadata__`` may carry JSON strings: ``tokens`` (B lists of display strings, one
 per non-padding position), ``special_tokens``, ``groups`` (B labels) and ``meta``.
 
 The file is never trusted: the header is validated before any tensor is touched (its declared
@@ -15,7 +16,11 @@ episode and token where it applies. Without ``tokens`` the tokens show as the pi
 ``tokenizer.json`` sent with the upload, else as ⟨id⟩.
 
 Every tensor fills the native field of its name (``advantages`` included, on every token);
-``special_tokens`` goes to each episode's ``meta.special_tokens``. Episodes are handed over as
+``special_tokens`` goes to each episode's ``meta.special_tokens``; each ``token_signals.<name>``
+tensor becomes ``meta.token_signals[<name>]`` (a 1-D array of the row's non-padding positions:
+float64, NaN and infinities allowed and read back as null; int64; numpy bool), in name order after
+any ``token_signals`` the ``meta`` metadata carries. A name in both is refused (422 ``bad_meta``):
+two values for one signal. Episodes are handed over as
 arrays (:class:`app.core.validate.ArrayEpisode`): no per-token Python objects are made, except the
 token strings when they came in the metadata.
 """
@@ -37,7 +42,7 @@ from app.ingest._registry import Pair, register_format
 from app.ingest._tokenizer import TokenDecoder
 
 # The wire format is defined once, by the client that writes it.
-from creditlens.wire import FLOAT_FIELDS, PADDING
+from creditlens.wire import FLOAT_FIELDS, PADDING, SIGNAL_PREFIX
 
 _INTS = {
     "U8": "<u1",
@@ -50,6 +55,8 @@ _INTS = {
     "I64": "<i8",
 }
 _FLOATS = {"F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8"}
+# A signal's BOOL is one byte; any non-zero byte reads as true.
+_SIGNALS = {**_INTS, **_FLOATS, "BOOL": "<u1"}
 # What each tensor may be: dtype family and rank (2 = [B, T], 1 = [B]).
 _SPEC: dict[str, tuple[dict[str, str], int]] = {
     "kinds": (_INTS, 2),
@@ -58,7 +65,15 @@ _SPEC: dict[str, tuple[dict[str, str], int]] = {
     "reward": (_FLOATS, 1),
     "groups": (_INTS, 1),
 }
+_SIGNAL_SPEC = (_SIGNALS, 2)
 _METADATA_KEYS = ("tokens", "special_tokens", "groups", "meta")
+
+
+def _spec(name: str) -> tuple[dict[str, str], int] | None:
+    """Dtypes and rank a tensor of this name may have; None for a name outside the format."""
+    if name.startswith(SIGNAL_PREFIX) and len(name) > len(SIGNAL_PREFIX):
+        return _SIGNAL_SPEC
+    return _SPEC.get(name)
 
 
 def sniff(doc: Document) -> bool:
@@ -117,9 +132,12 @@ def read_header(data: bytes) -> tuple[dict[str, dict[str, Any]], dict[str, str],
     size = len(data) - start
     spans = []
     for name, entry in header.items():
-        if name not in _SPEC:
+        spec = _spec(name)
+        if spec is None:
+            empty = " (a signal needs a name after the prefix)" if name == SIGNAL_PREFIX else ""
             raise _err(
-                f"tensor `{name}` is not part of the format; known tensors: {', '.join(_SPEC)}.",
+                f"tensor `{name}` is not part of the format{empty}; known tensors: {', '.join(_SPEC)}, "
+                f"{SIGNAL_PREFIX}<name>.",
                 field=name,
                 code="unknown_field",
             )
@@ -128,9 +146,13 @@ def read_header(data: bytes) -> tuple[dict[str, dict[str, Any]], dict[str, str],
                 f"tensor `{name}` needs exactly dtype, shape and data_offsets in the header.", field=name
             )
         dtype, shape, offs = entry["dtype"], entry["shape"], entry["data_offsets"]
-        allowed, rank = _SPEC[name]
+        allowed, rank = spec
         if dtype not in allowed:
-            want = "an integer" if allowed is _INTS else "a float (F16, BF16, F32 or F64)"
+            want = {
+                id(_INTS): "an integer",
+                id(_FLOATS): "a float (F16, BF16, F32 or F64)",
+                id(_SIGNALS): "a float (F16, BF16, F32 or F64), an integer or BOOL",
+            }[id(allowed)]
             raise _err(
                 f"tensor `{name}` has dtype {dtype!r}; it must be {want} dtype.",
                 field=name,
@@ -184,11 +206,13 @@ def read_header(data: bytes) -> tuple[dict[str, dict[str, Any]], dict[str, str],
 def _array(data: bytes, start: int, entry: dict[str, Any]) -> np.ndarray:
     dtype = entry["dtype"]
     begin, end = entry["data_offsets"]
-    np_dtype = _INTS.get(dtype) or _FLOATS[dtype]
+    np_dtype = _SIGNALS[dtype]
     count = (end - begin) // np.dtype(np_dtype).itemsize
     arr = np.frombuffer(data, dtype=np_dtype, count=count, offset=start + begin).reshape(entry["shape"])
     if dtype == "BF16":  # bfloat16 is the top half of a float32
         arr = (arr.astype(np.uint32) << 16).view(np.float32)
+    elif dtype == "BOOL":
+        arr = arr != 0
     return arr
 
 
@@ -248,7 +272,7 @@ def _validated(data: bytes) -> _Checked:
     for name, entry in header.items():
         if name == "kinds":
             continue
-        want = (B, T) if _SPEC[name][1] == 2 else (B,)
+        want = (B, T) if _SPEC.get(name, _SIGNAL_SPEC)[1] == 2 else (B,)
         if tuple(entry["shape"]) != want:
             raise _err(
                 f"tensor `{name}` has shape {entry['shape']} but `kinds` makes the batch {list(want)}.",
@@ -272,7 +296,7 @@ def _validated(data: bytes) -> _Checked:
         b = int(np.flatnonzero(n_keep == 0)[0])
         raise _err("the row is all padding (every `kinds` entry is 255).", "kinds", episode=b + 1)
     for name, arr in arrays.items():
-        if arr.dtype.kind != "f":
+        if arr.dtype.kind != "f" or name.startswith(SIGNAL_PREFIX):  # a signal's NaN: not scored
             continue
         nonfinite = ~np.isfinite(arr)
         if arr.ndim == 2:
@@ -337,7 +361,56 @@ def _validated(data: bytes) -> _Checked:
         for b, m in enumerate(user_meta):
             if m is not None and not isinstance(m, dict):
                 raise _err("metadata `meta` entry must be an object.", field="meta", episode=b + 1)
+    _check_signals(arrays, keep, user_meta)
     return (arrays, keep, tokens, special, labels, group_ids, reward, user_meta)
+
+
+def _check_signals(arrays: dict[str, np.ndarray], keep: np.ndarray, user_meta: Any) -> None:
+    """The ``token_signals.<name>`` tensors fit int64 and do not repeat a signal ``meta`` has."""
+    names = [name[len(SIGNAL_PREFIX) :] for name in arrays if name.startswith(SIGNAL_PREFIX)]
+    if not names:
+        return
+    for name in names:
+        arr = arrays[SIGNAL_PREFIX + name]
+        if arr.dtype == np.dtype("<u8") and (big := (arr >= 2**63) & keep).any():
+            raise _err(
+                f"tensor `{SIGNAL_PREFIX}{name}` holds {int(arr[big][0])}, beyond a 64-bit signed integer.",
+                field=SIGNAL_PREFIX + name,
+                episode=int(np.argwhere(big)[0][0]) + 1,
+                code="wrong_type",
+            )
+    metas = user_meta if isinstance(user_meta, list) else [user_meta] * len(keep)
+    for b, m in enumerate(metas):
+        given = m.get("token_signals") if isinstance(m, dict) else None
+        if given is None:
+            continue
+        where = b + 1 if isinstance(user_meta, list) else None
+        if not isinstance(given, dict):
+            raise _err(
+                "metadata `meta.token_signals` must be an object ({name: one value per token}) when "
+                f"`{SIGNAL_PREFIX}<name>` tensors come too.",
+                field="meta.token_signals",
+                episode=where,
+                code="bad_meta",
+            )
+        both = [n for n in names if n in given]
+        if both:
+            raise _err(
+                f"signal `{both[0]}` comes both as tensor `{SIGNAL_PREFIX}{both[0]}` and in metadata "
+                "`meta`'s `token_signals`; send each signal once.",
+                field=SIGNAL_PREFIX + both[0],
+                episode=where,
+                code="bad_meta",
+            )
+
+
+def _signal_row(arr: np.ndarray) -> np.ndarray:
+    """One row of a signal as the stored type: float64, int64 or numpy bool."""
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float64)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    return np.ascontiguousarray(arr)
 
 
 def _episodes(
@@ -354,6 +427,10 @@ def _episodes(
     kinds = arrays["kinds"]
     ids = arrays.get("token_ids")
     floats = {name: arrays[name] for name in FLOAT_FIELDS if name in arrays}
+    signals = sorted(
+        ((name[len(SIGNAL_PREFIX) :], arr) for name, arr in arrays.items() if name.startswith(SIGNAL_PREFIX)),
+        key=lambda item: item[0],
+    )
     all_kept = bool(keep.all())
     for b in range(kinds.shape[0]):
         k = slice(None) if all_kept else keep[b]
@@ -362,6 +439,12 @@ def _episodes(
         if m is not None:
             ep_meta.update(m)
         ep_meta.setdefault("row", b)
+        if signals:  # a fresh dict: one `meta` object may be every row's
+            given = ep_meta.get("token_signals")
+            ep_meta["token_signals"] = {
+                **(given if isinstance(given, dict) else {}),
+                **{name: _signal_row(arr[b][k]) for name, arr in signals},
+            }
         row_ids = ids[b][k] if ids is not None else None
         row_tokens = tokens[b] if tokens is not None else None
         marks = special[b] if special is not None else None

@@ -12,6 +12,10 @@ The kinds rule, per row:
 3. else ``policy_mask``: 1 is policy; a 0 before the row's first policy token is prompt, a 0
    after it is tool (the observations between the turns of a multi-turn rollout);
 4. else every kept position is policy.
+
+``token_signals`` (``{name: [B, T]}``, the caller's own per-token numbers) travel as
+``token_signals.<name>`` tensors (``creditlens.wire``): floats as float32 or float64, integers as
+int64, booleans as BOOL.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any, cast
 import numpy as np
 
 from .tokens import Mode, display_pieces, piece_text, vocab_mode
-from .wire import FLOAT_FIELDS, KIND_CODES, PADDING, encode
+from .wire import FLOAT_FIELDS, KIND_CODES, PADDING, SIGNAL_PREFIX, encode
 
 _KIND_OF_STR = {**KIND_CODES, "padding": PADDING, "pad": PADDING}
 _ROLE = {"token_ids": "ids", "policy_mask": "mask", "attention_mask": "mask", "kinds": "codes"}
@@ -35,7 +39,9 @@ def to_numpy(x: Any, name: str, role: str = "float") -> np.ndarray:
     device or dtype) or nested list, in the smallest faithful form for its ``role``:
 
     ``"mask"``: bool; ``"ids"``: int32 when the values fit (else int64); ``"float"``: float32 or
-    float64 (bfloat16/float16 widened to float32); ``"int"``: int64; ``"codes"``: uint8.
+    float64 (bfloat16/float16 widened to float32); ``"int"``: int64; ``"codes"``: uint8;
+    ``"signal"``: bool as it is, other integers int64, floats as ``"float"`` (a nested list
+    with None: float64, None as NaN).
     Only a result that shares memory with the input is copied (a conversion already is one)."""
     if x is None:
         raise ValueError(f"{name} is None")
@@ -53,6 +59,21 @@ def to_numpy(x: Any, name: str, role: str = "float") -> np.ndarray:
         a = np.asarray(x)
     if role == "mask":
         return np.asarray(np.not_equal(a, 0))
+    if role == "signal":
+        if a.dtype == np.bool_:
+            return a if fresh else a.copy()
+        if a.dtype == object:  # nested lists with None (not scored): NaN, as JSON null reads
+            try:
+                return a.astype(np.float64)
+            except (TypeError, ValueError):
+                pass
+        if a.dtype.kind in "iu":
+            if a.dtype == np.uint64 and a.size and int(a.max()) >= 2**63:
+                raise ValueError(f"`{name}` holds {int(a.max())}, beyond a 64-bit signed integer.")
+            return a.astype(np.int64)
+        if a.dtype.kind != "f":
+            raise ValueError(f"`{name}` must hold numbers or booleans; it has dtype {a.dtype}.")
+        role = "float"
     if role == "ids":
         if a.dtype.kind not in "iub":
             raise ValueError(f"`{name}` must hold integers; it has dtype {a.dtype}.")
@@ -98,11 +119,12 @@ class Snapshot:
     tokenizer: Any = None
     meta: Any = None
     nbytes: int = 0
+    signals: dict[str, np.ndarray] = field(default_factory=dict)  # token_signals by name
 
 
 # The per-token [B, T] arguments of ``log_tensors``, in the order they are checked.
 _PER_TOKEN = ("token_ids", "policy_mask", "attention_mask", *FLOAT_FIELDS)
-_OTHER = ("tokens", "kinds", "reward", "groups", "tokenizer", "meta")
+_OTHER = ("tokens", "kinds", "reward", "groups", "tokenizer", "meta", "token_signals")
 
 
 def snapshot(**given: Any) -> Snapshot:
@@ -165,17 +187,38 @@ def snapshot(**given: Any) -> Snapshot:
             raise ValueError(f"`{name}` must have shape [B] = ({B},); got {got}.")
         arrays[name] = vec
     labels = [str(g) for g in groups] if groups is not None and _is_str_list(groups) else None
-    snap = Snapshot(B, T, arrays, kinds_str, tok_rows, labels, tokenizer, meta)
+    signals = _signals(given.get("token_signals"), (B, T))
+    snap = Snapshot(B, T, arrays, kinds_str, tok_rows, labels, tokenizer, meta, signals=signals)
     # Kinds now, from the masks (a few cheap passes): one uint8 array is kept instead of two masks.
     arrays["kinds"] = kinds_codes(snap)
     arrays.pop("policy_mask", None)
     arrays.pop("attention_mask", None)
     snap.kinds_str = None
-    nbytes = sum(a.nbytes for a in arrays.values())
+    nbytes = sum(a.nbytes for a in arrays.values()) + sum(a.nbytes for a in signals.values())
     if tok_rows is not None:
         nbytes += sum(sum(len(s) for s in r) + 8 * len(r) for r in tok_rows)
     snap.nbytes = nbytes
     return snap
+
+
+def _signals(given: Any, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+    """``token_signals`` as numpy copies of the batch's [B, T] (ValueError naming the signal)."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise ValueError(
+            f"`token_signals` must be a dict {{name: [B, T] array}}; got {type(given).__name__}."
+        )
+    out: dict[str, np.ndarray] = {}
+    for name, value in given.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"`token_signals` names must be non-empty strings; got {name!r}.")
+        label = f"token_signals[{name}]"
+        arr = to_numpy(value, label, "signal")
+        if arr.shape != shape:
+            raise ValueError(f"`{label}` has shape {tuple(arr.shape)} but the batch is {shape} [B, T].")
+        out[name] = arr
+    return out
 
 
 def _is_nested_str(x: Any) -> bool:
@@ -330,6 +373,8 @@ def build(s: Snapshot) -> bytes:
             arr = s.arrays[name]
             # Float32 unless the caller had float64: half the bytes and what trainers hold anyway.
             tensors[name] = arr.astype(np.float64 if arr.dtype == np.float64 else np.float32, copy=False)
+    for name, arr in s.signals.items():
+        tensors[SIGNAL_PREFIX + name] = arr  # bool, int64, float32 or float64 since snapshot
     if "reward" in s.arrays:
         tensors["reward"] = s.arrays["reward"].astype(np.float64, copy=False)
     if "token_ids" in s.arrays:

@@ -290,6 +290,7 @@ class Run:
         groups: Any = None,
         tokenizer: Any = None,
         meta: Any = None,
+        token_signals: dict[str, Any] | None = None,
     ) -> None:
         """Log one step as [B, T] tensors (numpy arrays or torch tensors; [B] for ``reward`` and
         ``groups``), sent in the safetensors wire format (see ``creditlens.wire``).
@@ -299,7 +300,10 @@ class Run:
         before a row's first policy token prompt, after it tool), else all policy. Token text:
         ``tokens`` (B lists of strings), else ``token_ids`` decoded with ``tokenizer`` (anything
         with ``convert_ids_to_tokens`` or ``id_to_token``), else the server shows ⟨id⟩.
-        ``groups``: [B] ints or B strings. ``meta``: a dict for every episode, or B dicts."""
+        ``groups``: [B] ints or B strings. ``meta``: a dict for every episode, or B dicts.
+        ``token_signals``: your own per-token numbers, ``{name: [B, T]}`` (importance ratios,
+        mismatch KL, masks, loss weights; floats, ints or bools, NaN for "not scored"), kept as
+        each episode's ``meta.token_signals[name]`` like a prime-rl export's."""
         try:
             snap = _batch.snapshot(
                 token_ids=token_ids,
@@ -318,6 +322,7 @@ class Run:
                 groups=groups,
                 tokenizer=tokenizer,
                 meta=copy.deepcopy(meta),
+                token_signals=token_signals,
             )
         except Exception as e:  # noqa: BLE001 - the training loop must go on
             self._bad_argument(e)
