@@ -88,6 +88,9 @@ def test_signals_round_trip_padding_dropped(client):
         assert json.dumps(ep["meta"]["token_signals"]) == json.dumps(want)
         # Stored packed (app/core/token_signals.py), not as JSON text in the meta.
         assert "token_signals" not in stored_meta_json(client, e["slug"])
+        adv = client.get(f"/api/episodes/{e['slug']}/advantages", params={"critic": "zero"})
+        assert adv.status_code == 200 and adv.json()["episode"]["meta"]["token_signals"] == want
+        assert client.get(f"/api/episodes/{e['slug']}/signals").status_code == 200
 
 
 def test_bfloat16_signal(client):
