@@ -5,8 +5,8 @@ The tensors are named like the native fields (see ``client/creditlens/wire.py`` 
 [B, T], float [B, T] ``rewards``, ``values``, ``logprobs``, ``ref_logprobs``,
 ``rollout_logprobs``, ``entropy``, ``advantages``; [B] ``reward`` (float) and ``groups`` (int);
 any number of ``token_signals.<name>`` [B, T] (float, int or BOOL: the user's own per-token
-signals). The file's ``__metadata__`` may carry JSON strings: ``tokens`` (B lists of display strings, one
-per non-padding position), ``special_tokens``, ``groups`` (B labels) and ``meta``.
+signals). The file's ``__metadata__`` may carry JSON strings: ``tokens`` (B lists of display
+strings, one per non-padding position), ``special_tokens``, ``groups`` (B labels) and ``meta``.
 
 The file is never trusted: the header is validated before any tensor is touched (its declared
 length against the file size, JSON, known names, dtypes per tensor, shapes, byte ranges that tile
@@ -20,9 +20,9 @@ Every tensor fills the native field of its name (``advantages`` included, on eve
 tensor becomes ``meta.token_signals[<name>]`` (a 1-D array of the row's non-padding positions:
 float64, NaN and infinities allowed and read back as null; int64; numpy bool), in name order after
 any ``token_signals`` the ``meta`` metadata carries. A name in both is refused (422 ``bad_meta``):
-two values for one signal. Episodes are handed over as
-arrays (:class:`app.core.validate.ArrayEpisode`): no per-token Python objects are made, except the
-token strings when they came in the metadata.
+two values for one signal. Episodes are handed over as arrays
+(:class:`app.core.validate.ArrayEpisode`): no per-token Python objects are made, except the token
+strings when they came in the metadata.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ _INTS = {
     "I64": "<i8",
 }
 _FLOATS = {"F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8"}
-# A signal's BOOL is one byte; any non-zero byte reads as true.
-_SIGNALS = {**_INTS, **_FLOATS, "BOOL": "<u1"}
+# Every dtype the format reads (a signal may have any). BOOL is one byte; non-zero reads as true.
+_DTYPES = {**_INTS, **_FLOATS, "BOOL": "<u1"}
 # What each tensor may be: dtype family and rank (2 = [B, T], 1 = [B]).
 _SPEC: dict[str, tuple[dict[str, str], int]] = {
     "kinds": (_INTS, 2),
@@ -65,7 +65,7 @@ _SPEC: dict[str, tuple[dict[str, str], int]] = {
     "reward": (_FLOATS, 1),
     "groups": (_INTS, 1),
 }
-_SIGNAL_SPEC = (_SIGNALS, 2)
+_SIGNAL_SPEC = (_DTYPES, 2)
 _METADATA_KEYS = ("tokens", "special_tokens", "groups", "meta")
 
 
@@ -148,11 +148,11 @@ def read_header(data: bytes) -> tuple[dict[str, dict[str, Any]], dict[str, str],
         dtype, shape, offs = entry["dtype"], entry["shape"], entry["data_offsets"]
         allowed, rank = spec
         if dtype not in allowed:
-            want = {
-                id(_INTS): "an integer",
-                id(_FLOATS): "a float (F16, BF16, F32 or F64)",
-                id(_SIGNALS): "a float (F16, BF16, F32 or F64), an integer or BOOL",
-            }[id(allowed)]
+            want = "a float (F16, BF16, F32 or F64)"
+            if allowed is _INTS:
+                want = "an integer"
+            elif allowed is _DTYPES:
+                want += ", an integer or BOOL"
             raise _err(
                 f"tensor `{name}` has dtype {dtype!r}; it must be {want} dtype.",
                 field=name,
@@ -206,7 +206,7 @@ def read_header(data: bytes) -> tuple[dict[str, dict[str, Any]], dict[str, str],
 def _array(data: bytes, start: int, entry: dict[str, Any]) -> np.ndarray:
     dtype = entry["dtype"]
     begin, end = entry["data_offsets"]
-    np_dtype = _SIGNALS[dtype]
+    np_dtype = _DTYPES[dtype]
     count = (end - begin) // np.dtype(np_dtype).itemsize
     arr = np.frombuffer(data, dtype=np_dtype, count=count, offset=start + begin).reshape(entry["shape"])
     if dtype == "BF16":  # bfloat16 is the top half of a float32
