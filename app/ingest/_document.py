@@ -186,6 +186,14 @@ class Document:
             return doc[0] if doc else None
         return doc
 
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        """The non-blank lines of a JSONL upload with their 1-based numbers, unparsed (for a
+        format that reads its lines its own way; :func:`record_of` parses one as :meth:`records`
+        does). Check :func:`looks_like_jsonl` first."""
+        for line, raw in enumerate(io.BytesIO(self.data), start=1):
+            if not raw.isspace():  # a blank line (the JSON parsers skip the whitespace around a value)
+                yield line, raw
+
     def records(self) -> Iterator[Record]:
         """The JSON (one object, a list of objects, or ``{"episodes": [...]}``) or JSONL records,
         each as it is parsed. Bad JSON raises ApiError 422 ``bad_json`` naming the line (for JSONL,
@@ -194,16 +202,8 @@ class Document:
         if not data or data.isspace():  # not `data.strip()`: that copies a whole upload
             raise ApiError(422, "empty_upload", "the upload is empty.")
         if looks_like_jsonl(data):
-            n = 0
-            for line, raw in enumerate(io.BytesIO(data), start=1):
-                if raw.isspace():  # a blank line (the JSON parsers skip the whitespace around a value)
-                    continue
-                n += 1
-                try:
-                    obj = loads(raw)
-                except ValueError as e:
-                    raise bad_json(line, e) from None
-                yield Record(line, n, obj)
+            for n, (line, raw) in enumerate(self.lines(), start=1):
+                yield record_of(line, n, raw)
             return
         doc, self._whole = self._whole, _UNSET
         if doc is _UNSET:
@@ -215,6 +215,14 @@ class Document:
                 yield Record(None, i, obj)
             return
         yield Record(1, 1, doc)
+
+
+def record_of(line: int, episode: int, raw: bytes) -> Record:
+    """One JSONL line parsed as a :class:`Record`; 422 ``bad_json`` naming the line."""
+    try:
+        return Record(line, episode, loads(raw))
+    except ValueError as e:
+        raise bad_json(line, e) from None
 
 
 def _parse_whole(data: bytes) -> Any:

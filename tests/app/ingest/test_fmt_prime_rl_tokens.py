@@ -148,3 +148,69 @@ def test_mask_entries_as_integers_are_read_as_booleans(client):
     row["loss_mask"] = [0, 0, 0, 1, 300, 1]
     _, [ep] = stored(client, "rank_1.jsonl", json.dumps(row))
     assert ep["kinds"] == ["prompt"] * 3 + ["policy"] * 3
+
+
+def _two(row: dict) -> str:
+    """Two copies of a line as a JSONL file: a single JSON document is read whole, lines as columns
+    (app/ingest/_columns.py)."""
+    line = json.dumps(row)
+    return line + "\n" + line + "\n"
+
+
+def test_lines_read_as_columns_store_what_the_generic_reader_stores(client):
+    # The same lines, read by columns and (with a "[" inside a string, which the column reader leaves
+    # to the generic JSON reader) read whole: every array, signal and meta entry equal.
+    rows = lines(R0) + lines(R1)
+    plain = "".join(json.dumps(r) + "\n" for r in rows)
+    generic = "".join(json.dumps(dict(r, note="a[1]")) + "\n" for r in rows)
+    _, by_columns = stored(client, "rank_0.jsonl", plain)
+    _, by_lines = stored(client, "rank_0.jsonl", generic)
+    assert len(by_columns) == len(by_lines) == 3
+    for a, b in zip(by_columns, by_lines, strict=True):
+        assert b["meta"].pop("note") == "a[1]"
+        for key in (
+            "kinds",
+            "token_ids",
+            "logprobs",
+            "rollout_logprobs",
+            "entropy",
+            "reward",
+            "group",
+            "meta",
+        ):
+            assert a[key] == b[key], key
+        assert uploaded_advantages(client, a["slug"]) == uploaded_advantages(client, b["slug"])
+
+
+def test_a_line_with_nan_in_a_file_read_as_columns(client):
+    # Python's json writes NaN; the column reader leaves that line to the generic reader, which
+    # reads it as not finite (0 in the arrays, counted), and the other line by columns.
+    [row] = lines(R1)
+    nan = dict(row, mismatch_kl=[float("nan")] + row["mismatch_kl"][1:])
+    _, [a, b] = stored(client, "rank_1.jsonl", json.dumps(row) + "\n" + json.dumps(nan) + "\n")
+    assert a["meta"]["token_signals"]["mismatch_kl"] == row["mismatch_kl"]
+    assert b["meta"]["token_signals"]["mismatch_kl"] == [None] + row["mismatch_kl"][1:]
+
+
+@pytest.mark.parametrize(
+    "field, value, code",
+    [
+        ("token_ids", [1, 8, 9, 50.5, 51, 2], "wrong_type"),
+        ("token_ids", [1, 8, 9, 2**70, 51, 2], "wrong_type"),
+        ("loss_mask", [0, 0, 0, 0.5, 1, 1], "wrong_type"),
+        ("importance_ratio", [1.0, 1.0], "length_mismatch"),
+    ],
+)
+def test_columns_refuse_what_the_field_does_not_hold(client, field, value, code):
+    [row] = lines(R1)
+    err = refused(
+        client, "rank_1.jsonl", json.dumps(row) + "\n" + json.dumps(dict(row, **{field: value})) + "\n"
+    )
+    assert (err["code"], err["field"], err["line"]) == (code, field, 2)
+
+
+def test_columns_read_mask_integers_and_ids_as_the_lists_do(client):
+    [row] = lines(R1)
+    _, [ep, _] = stored(client, "rank_1.jsonl", _two(dict(row, loss_mask=[0, 0, 0, 1, 300, 1])))
+    assert ep["kinds"] == ["prompt"] * 3 + ["policy"] * 3
+    assert ep["token_ids"] == row["token_ids"]

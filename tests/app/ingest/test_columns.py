@@ -1,0 +1,123 @@
+"""The column reader (app/ingest/_columns.py) against Python's own JSON reader: every list of
+numbers it hands over as an array holds exactly the floats ``json.loads`` reads from the same text,
+and every line it leaves to the generic reader is one where simdjson and Python's reader would
+not agree."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from app.ingest._columns import ColumnReader
+
+
+def _reprs(rng: np.random.Generator) -> list[float]:
+    """Decimals as trainers write them: float64 and float32 values through ``repr`` (17 and ~9
+    significant digits), tiny, huge and subnormal magnitudes, signed zeros, round numbers."""
+    out = [
+        *rng.standard_normal(20_000).tolist(),
+        *rng.standard_normal(20_000).astype(np.float32).tolist(),
+        *(10.0 ** rng.uniform(-307, 308, 20_000)).tolist(),
+        *(rng.standard_normal(2_000) * 5e-324 * 2**40).tolist(),  # subnormals
+        5e-324,
+        2.2250738585072014e-308,  # the smallest normal
+        1.7976931348623157e308,
+        -0.0,
+        0.0,
+        1.0,
+        0.1,
+        9007199254740993.0,  # 2**53 + 1: not a float64, rounds to even
+    ]
+    return [float(x) for x in out]
+
+
+def test_numbers_are_exactly_what_python_reads():
+    values = _reprs(np.random.default_rng(7))
+    line = json.dumps({"x": values, "n": 3}).encode()
+    got = ColumnReader().read(line)
+    assert got is not None
+    want = np.array(json.loads(line)["x"], dtype=np.float64)
+    assert got["x"].dtype == np.float64
+    # Bit for bit (signed zeros included), not approximately.
+    assert got["x"].view(np.uint64).tolist() == want.view(np.uint64).tolist()
+    assert got["n"] == 3
+
+
+def test_decimals_written_by_hand_round_correctly():
+    # More digits than float64 holds, and halfway cases: each must round as Python's float does.
+    texts = [
+        "0.30000000000000004441",
+        "2.4703282292062327e-324",  # just under half the smallest subnormal: 0
+        "2.4703282292062328e-324",  # just over: the smallest subnormal
+        "1.00000000000000011102230246251565404236316680908203125",  # exactly halfway: to even
+        "1.00000000000000011102230246251565404236316680908203126",  # just over: up
+        "123456789012345678901234567890.5",
+        "-1e-400",
+    ]
+    line = ('{"x":[' + ",".join(texts) + "]}").encode()
+    got = ColumnReader().read(line)
+    assert got is not None
+    assert got["x"].view(np.uint64).tolist() == np.array([float(t) for t in texts]).view(np.uint64).tolist()
+
+
+def test_integer_fields_come_as_int64():
+    ids = [0, 1, 151_643, 2**62]
+    got = ColumnReader(integer_fields=["ids"]).read(json.dumps({"ids": ids, "f": ids}).encode())
+    assert got is not None
+    assert got["ids"].dtype == np.int64 and got["ids"].tolist() == ids
+    assert got["f"].dtype == np.float64  # not named as integers: numbers as floats
+
+
+def test_what_is_not_a_list_of_numbers_is_its_python_value():
+    obj = {
+        "mask": [True, False, True],
+        "with_null": [0.5, None, 1.0],
+        "ids_with_a_float": [1, 2.5],
+        "words": ["a", "b"],
+        "losses": [{"rl": {"advantage": 0.5, "mask": True}}],
+        "empty": [],
+        "scalar": "calc",
+        "obj": {"a": 1},
+        "nothing": None,
+    }
+    got = ColumnReader(integer_fields=["ids_with_a_float"]).read(json.dumps(obj).encode())
+    assert got is not None
+    for key in ("mask", "with_null", "ids_with_a_float", "words", "losses", "scalar", "obj", "nothing"):
+        assert got[key] == obj[key] and not isinstance(got[key], np.ndarray), key
+    assert isinstance(got["empty"], np.ndarray) and got["empty"].size == 0
+    assert list(got) == list(obj)  # the keys in the line's order
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"x": [1.0, NaN, 2.0]}',  # Python's json writes NaN; simdjson refuses it
+        b'{"x": [Infinity]}',
+        b'{"x": [1e400]}',  # beyond float64: Python reads inf
+        b'{"x": [18446744073709551616]}',  # beyond 64 bits: Python reads an int
+        b'{"x": [123456789012345678901234567890]}',
+        b'{"x": [[1, 2], [3]]}',  # simdjson would read the numbers of the inner lists as one list
+        b'{"x": [1, [2]], "y": [3]}',
+        b'{"x": [0.5], "topk": [[1], [2]]}',
+        b'{"x": [0.5], "o": {"a": [1]}}',  # a list inside an object: counted as nested
+        b'{"x": [0.5], "s": "a[1]"}',  # "[" in a string: left too (rare, and never wrong)
+        b'{"x": 1, "x": 2}',  # simdjson keeps the first, Python the last
+        b"[1, 2, 3]",  # not an object
+        b"3",
+        b'{"x": [1, 2',  # cut mid-line
+        b'{"x": "\xff"}',  # not UTF-8
+    ],
+)
+def test_lines_left_to_the_generic_reader(line):
+    assert ColumnReader().read(line) is None
+
+
+def test_one_reader_reads_many_lines():
+    reader = ColumnReader()
+    for i in range(50):
+        got = reader.read(json.dumps({"x": [i, i + 0.5]}).encode())
+        assert got is not None and got["x"].tolist() == [i, i + 0.5]
+    assert reader.read(b"not json") is None
+    assert reader.read(b'{"x": [7]}') == {"x": pytest.approx(np.array([7.0]))}
