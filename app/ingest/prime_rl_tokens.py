@@ -16,7 +16,8 @@ as ``token_ids``:
 * every other per-token field (``mismatch_kl``, ``importance_ratio``, ``log_importance_ratio``,
   ``prob_delta``, ``is_masked``, ``is_masked_high``, ``is_masked_low``, ``temperatures``, the loss
   term weights ``rl_weights``/``ce_weights``/``ref_kl_weights``/``sdpo_weights``, ...) is kept row
-  by row in ``meta.token_signals`` (booleans as 0/1, null where the trainer wrote null);
+  by row in ``meta.token_signals`` (a list of booleans as booleans, numbers as float64, null
+  where the trainer wrote null);
 * prime-rl writes ``null`` for a non-finite number. In the arrays the service computes with, such
   an entry is 0 and ``meta.non_finite`` counts them per field;
 * schema 1's ``losses`` (per token, ``{loss: {advantage, mask}}``) is kept in meta as it is.
@@ -31,10 +32,10 @@ A step of 512 samples x 8,192 tokens is ~800 MB of JSON numbers, so each line is
 exact number parsing and no Python object per number (~800 MB/s here, against ~370 MB/s for
 orjson and one ``numpy.fromiter`` per list). The lists that are not all numbers (the boolean
 masks, a list with a null) come as Python lists and are typed in one C-level call each
-(``array``/``numpy.fromiter``); a line the column reader leaves (NaN, a nested list, a single JSON
+(``bytes`` for booleans, ``array``/``numpy.fromiter`` otherwise); a line the column reader leaves (NaN, a nested list, a single JSON
 document) is read as any JSON is, with the same rules. The episode is handed over as arrays
-(:class:`~app.core.validate.ArrayEpisode`), its signals as float64 arrays (NaN where the trainer
-wrote null); no per-token Python loop runs unless a field will not convert and the entry at fault
+(:class:`~app.core.validate.ArrayEpisode`), its signals as arrays (bool, or float64 with NaN where
+the trainer wrote null); no per-token Python loop runs unless a field will not convert and the entry at fault
 is named. One line is read at a time (the upload never holds more than one sample's arrays).
 """
 
@@ -115,6 +116,18 @@ def _fits(arr: np.ndarray, dtype: Any) -> bool:
     return arr.size == 0 or (info.min <= arr.min() and arr.max() <= info.max)
 
 
+def _flags(raw: list[Any]) -> np.ndarray | None:
+    """A list that starts with a boolean, as a bool array in one C-level pass (``bytes`` takes
+    True/False as 1/0); None when an entry is not a boolean or 0/1 (a null, a number)."""
+    if not raw or type(raw[0]) is not bool:
+        return None
+    try:
+        flags = np.frombuffer(bytes(raw), dtype=np.uint8)
+    except (TypeError, ValueError):
+        return None
+    return flags.view(np.bool_) if int(flags.max()) <= 1 else None
+
+
 def _floats(raw: list[Any]) -> np.ndarray | None:
     """A list of numbers as float64 (booleans 0/1, null NaN); None when an entry is not a number."""
     try:
@@ -136,7 +149,9 @@ def _ids(rec: Record) -> np.ndarray:
 def _mask(rec: Record, n: int) -> tuple[np.ndarray, dict[str, Any] | None]:
     """The loss mask fitted to ``n`` ids, and the ``mask_misaligned`` meta when it does not fit."""
     raw = rec.obj.get("loss_mask")
-    arr = _ints(raw, "b", np.int8) if isinstance(raw, (list, np.ndarray)) else None
+    arr = _flags(raw) if isinstance(raw, list) else None
+    if arr is None and isinstance(raw, (list, np.ndarray)):
+        arr = _ints(raw, "b", np.int8)
     if arr is None:
         raise rec.error("wrong_type", "field `loss_mask` must be a list of booleans.", "loss_mask")
     mask = np.zeros(n, dtype=bool)
@@ -221,11 +236,15 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> A
             row = np.nan_to_num(row, nan=0.0, posinf=0.0, neginf=0.0)
             non_finite[src] = nulls
         floats[dst] = row
-    # Handed over as float64 arrays, NaN where the trainer wrote null: stored packed as they are
-    # (app/core/token_signals.py) and read back as the lists JSON gave, null for NaN.
+    # Handed over as arrays (bool, or float64 with NaN where the trainer wrote null): stored packed
+    # as they are (app/core/token_signals.py) and read back as the lists JSON gave, null for NaN.
     signals: dict[str, np.ndarray] = {}
     for name, value in obj.items():
         if name in NOT_SIGNALS or not isinstance(value, (list, np.ndarray)) or _top_k(value):
+            continue
+        flags = _flags(value) if isinstance(value, list) and len(value) == n else None
+        if flags is not None:
+            signals[name] = flags
             continue
         got = _numbers(rec, name, n)
         if got is not None and got[1] < n:

@@ -40,7 +40,7 @@ def test_a_rank_file_every_per_token_field(client):
     assert sig["importance_ratio"][5] == pytest.approx(math.exp(-0.6))
     assert sig["mismatch_kl"][5] == pytest.approx(math.exp(-0.6) + 0.6 - 1)
     assert sig["prob_delta"][5] == pytest.approx(math.exp(-0.9) - math.exp(-0.3))
-    assert sig["is_masked"] == [float(x) for x in row["is_masked"]]
+    assert sig["is_masked"] == row["is_masked"] and all(type(x) is bool for x in sig["is_masked"])
     assert sig["rl_weights"] == row["rl_weights"]
     assert "ce_weights" not in sig and "sdpo_weights" not in sig  # null columns: nothing to show
     assert a["meta"]["env_name"] == "calc" and a["meta"]["sample_id"] == "ex7-0"
@@ -214,3 +214,21 @@ def test_columns_read_mask_integers_and_ids_as_the_lists_do(client):
     _, [ep, _] = stored(client, "rank_1.jsonl", _two(dict(row, loss_mask=[0, 0, 0, 1, 300, 1])))
     assert ep["kinds"] == ["prompt"] * 3 + ["policy"] * 3
     assert ep["token_ids"] == row["token_ids"]
+
+
+@pytest.mark.parametrize("how", ["columns", "whole"])
+def test_boolean_signals_stay_booleans_unless_a_null_or_number_mixes_in(client, how):
+    [row] = lines(R1)
+    row = dict(
+        row,
+        is_masked=[False, True, False, False, True, False],
+        is_masked_high=[False, None, False, False, True, False],  # null: numbers, null kept
+        is_masked_low=[0, True, False, False, True, False],  # starts with a number: numbers
+    )
+    data = _two(row) if how == "columns" else json.dumps(row)
+    _, [ep, *_] = stored(client, "rank_1.jsonl", data)
+    sig = ep["meta"]["token_signals"]
+    assert sig["is_masked"] == row["is_masked"] and all(type(x) is bool for x in sig["is_masked"])
+    assert sig["is_masked_high"] == [0.0, None, 0.0, 0.0, 1.0, 0.0]
+    assert sig["is_masked_low"] == [0.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    assert all(type(x) is float for x in sig["is_masked_low"])

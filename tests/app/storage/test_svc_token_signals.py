@@ -30,9 +30,10 @@ PRIME_RL_OWN |= {"trainer_logprobs", "inference_logprobs", "entropy"}
 
 
 def prime_rl_expected(obj: dict) -> dict:
-    """meta.token_signals of one prime-rl export line, by the format's documented rule."""
+    """meta.token_signals of one prime-rl export line, by the format's documented rule: a list of
+    booleans stays booleans, other numbers are floats, null stays null."""
     return {
-        k: [None if x is None else float(x) for x in v]
+        k: v if all(type(x) is bool for x in v) else [None if x is None else float(x) for x in v]
         for k, v in obj.items()
         if isinstance(v, list) and k not in PRIME_RL_OWN and any(x is not None for x in v)
     }
