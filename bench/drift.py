@@ -34,6 +34,7 @@ import httpx
 import numpy as np
 
 from bench._server import server
+from creditlens.wire import SIGNAL_PREFIX
 from tests.live_server import cpu_seconds
 
 ROLLOUTS = 600  # ~100 MB with the sizes below
@@ -150,6 +151,21 @@ def _prime_rl(rng: np.random.Generator) -> tuple[bytes, bytes]:
         )
     jsonl = ("\n".join(lines) + "\n").encode()
     kinds = np.where(mask, 1, 0).astype(np.uint8)
+    log_ratio = tlp - ilp
+    ratio = np.exp(log_ratio)
+    # The same data: every per-token field the export's reader keeps, the ones without a native
+    # field as the wire's `token_signals.<name>` tensors (as `Run.log_tensors(token_signals=...)`
+    # sends them); the per-token `rewards` as the reward they give, `position_ids` not at all
+    # (the reader keeps neither).
+    signals = {
+        "mismatch_kl": ratio - log_ratio - 1,
+        "log_importance_ratio": log_ratio,
+        "importance_ratio": ratio,
+        "prob_delta": np.exp(tlp) - np.exp(ilp),
+        "is_masked": np.zeros((B, T), dtype=bool),
+        "is_masked_high": np.zeros((B, T), dtype=bool),
+        "is_masked_low": np.zeros((B, T), dtype=bool),
+    }
     st = save(
         {
             "kinds": kinds,
@@ -160,6 +176,7 @@ def _prime_rl(rng: np.random.Generator) -> tuple[bytes, bytes]:
             "entropy": ent,
             "reward": np.ones(B),
             "groups": np.zeros(B, dtype=np.int64),
+            **{f"{SIGNAL_PREFIX}{name}": values for name, values in signals.items()},
         }
     )
     return jsonl, st
