@@ -103,9 +103,9 @@ def validate_native(obj: Any, rec: Record) -> EpisodeIn:
         raise validation_error(e, rec) from None
 
 
-def short_hash(text: str) -> str:
+def short_hash(text: str | bytes) -> str:
     """A stable 12-hex-digit label (used as the group of attempts that share a prompt)."""
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
+    return hashlib.sha1(text.encode() if isinstance(text, str) else text).hexdigest()[:12]
 
 
 def as_float(value: Any, rec: Record, name: str) -> float | None:

@@ -190,7 +190,15 @@ class Document:
         """The non-blank lines of a JSONL upload with their 1-based numbers, unparsed (for a
         format that reads its lines its own way; :func:`record_of` parses one as :meth:`records`
         does). Check :func:`looks_like_jsonl` first."""
-        for line, raw in enumerate(io.BytesIO(self.data), start=1):
+        data = self.data
+        view = memoryview(data)
+        start, end, line = 0, len(data), 0
+        while start < end:
+            stop = data.find(b"\n", start)
+            stop = end if stop < 0 else stop + 1
+            line += 1
+            raw = bytes(view[start:stop])
+            start = stop
             if not raw.isspace():  # a blank line (the JSON parsers skip the whitespace around a value)
                 yield line, raw
 

@@ -25,7 +25,7 @@ as ``token_ids``:
 A ``loss_mask`` longer or shorter than ``token_ids`` is kept: the missing entries are read as
 "not trained", and ``meta.mask_misaligned`` names the positions (the audit's ``mask_misaligned``).
 Any other per-token field of the wrong length is refused, naming it. Group: the hash of the prompt
-ids (the rollouts of one example share their prompt).
+ids (their int64 bytes; the rollouts of one example share their prompt).
 
 A step of 512 samples x 8,192 tokens is ~800 MB of JSON numbers, so each line is read as columns
 (app/ingest/_columns.py): simdjson parses it and copies every list of numbers out as one array, with
@@ -273,7 +273,7 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> A
         token_ids=ids,
         tokens=tokens,  # None: the stored ids show as ⟨id⟩
         reward=reward,
-        group=short_hash(",".join(map(str, ids[:first].tolist()))),
+        group=short_hash(ids[:first].astype("<i8", copy=False).tobytes()),
         meta=meta,
     )
 
