@@ -17,6 +17,11 @@ class Settings(BaseSettings):
     database_url: str = Field(default=f"sqlite:///{default_data_dir() / 'creditlens.db'}")
     # Upload limits: each answers 413 with a message when exceeded.
     max_upload_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    # A raw upload body is received in segments of this size. One longer than a segment, in a
+    # format read line by line (a prime-rl step's rank file), is read while it arrives and never
+    # held whole; others are joined and read once all of it is here. The first segment must hold
+    # the upload's first record (detection reads it).
+    upload_segment_bytes: int = Field(default=8 * 1024 * 1024, ge=4096)
     max_tokens_per_episode: int = Field(default=131_072, gt=0)
     max_episodes_per_upload: int = Field(default=20_000, gt=0)
     # The audit's work budget: episodes x longest episode's tokens of one batch (it works on the

@@ -47,7 +47,7 @@ from app.core.validate import native_of
 from app.ingest._common import Parsed, Record
 from app.ingest._containers import gunzip, is_gzip
 from app.ingest._damage import check as check_damage
-from app.ingest._document import Document
+from app.ingest._document import Document, looks_like_jsonl
 from app.ingest._mapping import iter_mapped, parse_mapping, unknown_format_hint
 from app.ingest._registry import FORMATS, Format, Pair, discover, register_format
 from app.ingest._tokenizer import TokenDecoder, load_tokenizer
@@ -96,14 +96,14 @@ def _sniffed(doc: Document) -> Format:
     )
 
 
-def _opened(data: bytes) -> Document:
+def _opened(data: bytes | Document) -> Document:
     """The upload's document; a gzip upload inflated first (413 beyond its limit, 422 when the
     gzip is damaged), so every format reads its contents, not only the transcript reader."""
     doc = Document.of(data)
     return Document.of(gunzip(doc.data)) if is_gzip(doc.data) else doc
 
 
-def _resolve(data: bytes, fmt: str | None) -> tuple[Document, Format]:
+def _resolve(data: bytes | Document, fmt: str | None) -> tuple[Document, Format]:
     """(the upload's document, its format); 422 for an empty upload or an unknown format."""
     doc = _opened(data)
     if not doc.data or doc.data.isspace():  # not `.strip()`: that copies a whole upload
@@ -134,18 +134,43 @@ def iter_upload(
     fmt: str | None = None,
     tokenizer: TokenDecoder | None = None,
     mapping: str | dict[str, str] | None = None,
+    rest: Iterator[bytes] | None = None,
 ) -> tuple[str, Iterator[Pair]]:
     """(format name, lazy ``(line, episode)`` pairs): episodes are yielded as the format reads
     them (binary formats as arrays), so an upload never holds every episode's Python lists at once.
     ``fmt``: a format name, or None/"auto" to detect it. ``tokenizer`` (:func:`load_tokenizer`)
     shows token ids as the tokenizer's pieces in the formats that take one. ``mapping`` ({native
     field: record key}, app/ingest/_mapping.py): read the records through it instead of a format
-    ("mapped")."""
+    ("mapped").
+
+    ``rest``: the upload's bytes after ``data`` (then its head), segment by segment as they arrive
+    (a large upload the server reads while it is received). A JSONL upload whose format reads by
+    lines (:attr:`Format.streams`, detected on the head: its first records and first bytes) is
+    read as it arrives and never held whole; any other upload is joined first and read as usual."""
+    if rest is not None:
+        streamed = None if mapping else _streamed(data, fmt, rest)
+        if streamed is not None:
+            doc, found = streamed
+            return found.name, _with_source(found.stream(doc, tokenizer), f"upload:{found.name}")
+        data = b"".join([data, *rest])
     mapped = parse_mapping(mapping)
     if mapped is not None:
         return "mapped", iter_mapped(_opened(data).data, mapped)
     doc, found = _resolve(data, fmt)
     return found.name, _with_source(found.stream(doc, tokenizer), f"upload:{found.name}")
+
+
+def _streamed(head: bytes, fmt: str | None, rest: Iterator[bytes]) -> tuple[Document, Format] | None:
+    """(a document that goes on through ``rest``, its format) when the upload can be read while it
+    arrives (see :func:`iter_upload`); None when it must be read whole."""
+    doc = Document.of(head)
+    if is_gzip(doc.data) or not looks_like_jsonl(doc.data):
+        return None
+    try:
+        _, found = _resolve(doc, fmt)
+    except ApiError:  # no format in the head's first records: the whole upload decides (and says why)
+        return None
+    return (Document(doc.data, rest), found) if found.streams else None
 
 
 def parse_upload(

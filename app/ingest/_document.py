@@ -18,6 +18,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain
 from typing import Any
 
 from app.core.errors import ApiError, located
@@ -116,10 +117,17 @@ _UNSET: Any = object()
 
 
 class Document:
-    """One upload's bytes (``data``, without a byte-order mark) and what detection read of them."""
+    """One upload's bytes (``data``, without a byte-order mark) and what detection read of them.
 
-    def __init__(self, data: bytes) -> None:
+    A large JSONL upload may still be arriving while it is read (``rest``: the bytes after
+    ``data``, segment by segment, as the server receives them; app/http/api/uploads.py). Then
+    ``data`` is the upload's head, which detection reads (its first records, its first bytes), and
+    :meth:`lines` and :meth:`records` go on through ``rest``; only a format that reads nothing but
+    those (:attr:`app.ingest._registry.Format.streams`) is given such a document."""
+
+    def __init__(self, data: bytes, rest: Iterator[bytes] | None = None) -> None:
         self.data = data
+        self._rest = rest
         # A single JSON document parsed whole by `first`; `records` takes it over (once).
         self._whole: Any = _UNSET
 
@@ -189,18 +197,30 @@ class Document:
     def lines(self) -> Iterator[tuple[int, bytes]]:
         """The non-blank lines of a JSONL upload with their 1-based numbers, unparsed (for a
         format that reads its lines its own way; :func:`record_of` parses one as :meth:`records`
-        does). Check :func:`looks_like_jsonl` first."""
-        data = self.data
-        view = memoryview(data)
-        start, end, line = 0, len(data), 0
-        while start < end:
-            stop = data.find(b"\n", start)
-            stop = end if stop < 0 else stop + 1
-            line += 1
-            raw = bytes(view[start:stop])
-            start = stop
-            if not raw.isspace():  # a blank line (the JSON parsers skip the whitespace around a value)
-                yield line, raw
+        does). Check :func:`looks_like_jsonl` first. A line that runs across the segments of a
+        streamed upload is joined once, when its end arrives."""
+        line = 0
+        parts: list[bytes] = []  # the start of a line whose end is in a later segment
+        for data in chain((self.data,), self._rest or ()):
+            view = memoryview(data)
+            start, end = 0, len(data)
+            while start < end:
+                stop = data.find(b"\n", start)
+                if stop < 0:
+                    parts.append(bytes(view[start:]))
+                    break
+                raw = bytes(view[start : stop + 1])
+                if parts:
+                    raw = b"".join([*parts, raw])
+                    parts.clear()
+                start = stop + 1
+                line += 1
+                if not raw.isspace():  # a blank line (the JSON parsers skip the whitespace around a value)
+                    yield line, raw
+        if parts:  # the last line, without a newline
+            raw = b"".join(parts)
+            if not raw.isspace():
+                yield line + 1, raw
 
     def records(self) -> Iterator[Record]:
         """The JSON (one object, a list of objects, or ``{"episodes": [...]}``) or JSONL records,

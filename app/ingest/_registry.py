@@ -18,7 +18,10 @@ The contract (every format, the same shape):
   ApiErrors naming line, episode and field;
 * or, for a format whose JSON/JSONL records map one-to-one onto episodes, ``record(rec) ->
   EpisodeIn`` (``record(rec, tokenizer)`` with ``takes_tokenizer``): the registry streams the
-  records (:meth:`Document.records`) through it.
+  records (:meth:`Document.records`) through it;
+* ``streams=True``: the format reads a JSONL upload through :meth:`Document.lines` or
+  :meth:`Document.records` alone (never the whole of ``doc.data``), so a large upload is read
+  while it still arrives (:func:`app.ingest.iter_upload` with ``rest``).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class Format:
     episodes: EpisodesFn
     takes_tokenizer: bool  # shows token ids through a ``tokenizer`` part (a tokenizer.json)
     module: str
+    streams: bool = False  # reads JSONL by lines alone: may be given a document still arriving
 
     def stream(self, doc: Document, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:
         """The format's ``(line, episode)`` pairs of ``doc``; ``tokenizer`` only reaches the
@@ -105,6 +109,7 @@ def register_format(
     record: RecordFn | TokenRecordFn | None = None,
     takes_tokenizer: bool = False,
     module: str | None = None,
+    streams: bool = False,
 ) -> Format:
     """Register the format of the calling module (``module``: its ``__name__``, by default the
     caller's) and return it. Give exactly one of ``episodes`` (a generator function, see the module
@@ -142,7 +147,7 @@ def register_format(
                 f"formats {other.name!r} and {name!r} both have priority {priority}; the sniffing "
                 "order must not depend on module names: choose a free priority."
             )
-    fmt = Format(name, description, priority, sniff, stream, takes_tokenizer, module)
+    fmt = Format(name, description, priority, sniff, stream, takes_tokenizer, module, streams)
     FORMATS[name] = fmt
     ordered = sorted(FORMATS.values(), key=lambda f: f.priority)
     FORMATS.clear()

@@ -281,7 +281,7 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> A
 def _records(doc: Document) -> Iterator[Record]:
     """The export's records: JSONL line by line as columns (app/ingest/_columns.py; a line the
     column reader leaves, such as one with NaN, read as any JSON line is), else as any JSON."""
-    if not looks_like_jsonl(doc.data):
+    if not looks_like_jsonl(doc.data):  # the head of a streamed upload: the same answer
         yield from doc.records()
         return
     reader = ColumnReader(integer_fields=("token_ids", "position_ids"))
@@ -306,4 +306,5 @@ register_format(
     sniff=sniff,
     episodes=episodes,
     takes_tokenizer=True,
+    streams=True,  # a step's rank file is read line by line while it uploads
 )

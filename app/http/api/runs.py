@@ -29,7 +29,15 @@ from app.core.trainers import configured
 from app.http.api._json import dumps, json_response
 from app.http.api.batches import _iso
 from app.http.api.deps import client_protocol, require_write, stored_id
-from app.http.api.uploads import FormatQuery, NameQuery, TrainerQuery, ingest, ingest_thread, read_upload
+from app.http.api.uploads import (
+    FormatQuery,
+    NameQuery,
+    TrainerQuery,
+    ingest,
+    ingest_thread,
+    read_upload,
+    run_ingest,
+)
 from app.storage import logged_metrics as lm
 from app.storage import runs as rs
 from app.storage.db import SessionDep
@@ -415,22 +423,25 @@ async def post_step(
     run_name, visibility = run.name, run.visibility  # a step inherits its run's visibility
     keep, keep_every = run.keep, run.keep_every
     run_config = rs.run_config(run)  # ... and its trainer, with the config naming its estimator
-    body = await read_upload(request, format, name, trainer=trainer)
+    body = await read_upload(request, format, name, trainer=trainer, stream=True)
     settings = request.app.state.settings
+    run_trainer = run_config.get("trainer") if isinstance(run_config.get("trainer"), str) else None
     try:
-        out = await ingest_thread(
+        out = await run_ingest(
             request,
-            ingest,
-            session,
             body,
-            settings,
-            default_name=f"{run_name} · step {step}",
-            run_id=rid,
-            step=step,
-            visibility=visibility,
-            keep=keep,
-            trainer=run_config.get("trainer") if isinstance(run_config.get("trainer"), str) else None,
-            trainer_config=run_config,
+            lambda b: ingest(
+                session,
+                b,
+                settings,
+                default_name=f"{run_name} · step {step}",
+                run_id=rid,
+                step=step,
+                visibility=visibility,
+                keep=keep,
+                trainer=run_trainer,
+                trainer_config=run_config,
+            ),
         )
     except IntegrityError:
         # Another post of this step won the race (or the run was deleted meanwhile).

@@ -4,8 +4,8 @@ validated whole, stored in one transaction."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal, TypeVar
 
@@ -54,6 +54,45 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+async def _read_head(request: Request, limit: int, segment: int) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """(the body's first ``segment`` bytes or more, the rest as segments still to be received —
+    None when the head is the whole body). 413 beyond ``limit``, as :func:`_read_body`."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(declared, limit)
+    chunks = request.stream().__aiter__()
+    head: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(f"more than {limit}", limit)
+        head.append(chunk)
+        if size >= segment:
+            return b"".join(head), _segments(chunks, size, limit, segment)
+    return b"".join(head), None
+
+
+async def _segments(
+    chunks: AsyncIterator[bytes], received: int, limit: int, segment: int
+) -> AsyncIterator[bytes]:
+    """The rest of a body in pieces of ``segment`` bytes or more (the last may be shorter); 413
+    once more than ``limit`` bytes arrived in all."""
+    pieces: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        received += len(chunk)
+        if received > limit:
+            raise _too_large(f"more than {limit}", limit)
+        pieces.append(chunk)
+        size += len(chunk)
+        if size >= segment:
+            yield b"".join(pieces)
+            pieces, size = [], 0
+    if pieces:
+        yield b"".join(pieces)
+
+
 # Room for the multipart framing (boundaries, part headers, small form fields) around the file.
 _MULTIPART_SLACK = 64 * 1024
 
@@ -88,6 +127,10 @@ class UploadBody:
     mapping: str | None = None  # JSON {native field: record key} (app/ingest/_mapping.py)
     trainer: str | None = None  # the trainer that computed the advantages (app/core/trainers.py)
     config: dict[str, Any] | None = None  # its configuration file, read (app/core/configs.py)
+    # A raw body longer than one segment (read_upload with stream=True): ``data`` is its head, and
+    # ``rest`` the segments still to be received; run_ingest hands them to the reading thread.
+    rest: AsyncIterator[bytes] | None = None
+    segments: Iterator[bytes] | None = None  # the same, on the reading thread's side
 
 
 def resolve_visibility(given: str | None, settings: Settings) -> str:
@@ -122,11 +165,14 @@ async def read_upload(
     visibility: str | None = None,
     mapping: str | None = None,
     trainer: str | None = None,
+    stream: bool = False,
 ) -> UploadBody:
     """The body of an upload request, the one reading of POST /api/uploads and of a run's steps:
     multipart (``file`` [+ ``format``, ``name``, ``tokenizer`` (a tokenizer.json for uploads of
     token ids), ``trainer``, ``config`` (the trainer's configuration file) form fields]), a JSON body, or the raw file bytes
-    (``format``/``name`` from the query). 413 beyond CREDITLENS_MAX_UPLOAD_BYTES."""
+    (``format``/``name`` from the query). 413 beyond CREDITLENS_MAX_UPLOAD_BYTES. ``stream``: a raw
+    body longer than CREDITLENS_UPLOAD_SEGMENT_BYTES comes back as its head and the rest still to
+    be received (``UploadBody.rest``; give the body to :func:`run_ingest`)."""
     settings = request.app.state.settings
     limit = settings.max_upload_bytes
     ctype = request.headers.get("content-type", "")
@@ -157,6 +203,14 @@ async def read_upload(
         tr = form.get("trainer")
         trainer = trainer or (tr if isinstance(tr, str) and tr.strip() else None)
         config = await read_config(form)
+    elif stream:
+        data, rest = await _read_head(request, limit, settings.upload_segment_bytes)
+        try:
+            checked = check_trainer(trainer)
+        except ApiError:
+            await drain(rest)
+            raise
+        return UploadBody(data, format, name, None, None, visibility, mapping, checked, None, rest=rest)
     else:
         data = await _read_body(request, limit)
         config = None
@@ -202,7 +256,9 @@ def ingest(
     tok = body.tokenizer
     decoder = None if tok is None else load_tokenizer(tok, settings.max_tokenizer_bytes)
     with collecting() as warnings:  # what the reader noted (app/ingest/_notes.py)
-        fmt, items = iter_upload(body.data, fmt=body.format, tokenizer=decoder, mapping=body.mapping)
+        fmt, items = iter_upload(
+            body.data, fmt=body.format, tokenizer=decoder, mapping=body.mapping, rest=body.segments
+        )
         created = create_batch_streaming(
             session,
             items,
@@ -232,6 +288,65 @@ async def ingest_thread(request: Request, fn: Callable[..., T], *args: Any, **kw
     """``fn(*args, **kwargs)`` in a worker thread from the uploads' own share (Settings.ingest_threads)."""
     limiter = getattr(request.app.state, "ingest_limiter", None)
     return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=limiter)
+
+
+async def drain(rest: AsyncIterator[bytes] | None) -> None:
+    """Receive and drop what is left of a body still arriving (``UploadBody.rest``), so a 4xx
+    found in its head is answered once the client has sent it all, as for any other upload."""
+    if rest is not None:
+        async for _ in rest:
+            pass
+
+
+async def run_ingest(request: Request, body: UploadBody, call: Callable[[UploadBody], T]) -> T:
+    """``call(body)`` in an ingest thread (:func:`ingest_thread`). When the body is still arriving
+    (``body.rest``), it is received meanwhile and handed to the thread segment by segment
+    (``body.segments``; at most two wait at once, so a client sending faster than the reading
+    waits): a prime-rl step is parsed while it uploads and never held whole. If the reading fails
+    (a bad line), the rest is still received and dropped before the answer; if receiving fails (413,
+    the client gone), the reading stops with that error and stores nothing."""
+    rest = body.rest
+    if rest is None:
+        return await ingest_thread(request, call, body)
+    send, receive = anyio.create_memory_object_stream[bytes](max_buffer_size=2)
+    failed: list[Exception] = []
+    outcome: list[T] = []
+    errors: list[Exception] = []
+
+    def segments() -> Iterator[bytes]:  # on the reading thread
+        while True:
+            try:
+                yield anyio.from_thread.run(receive.receive)
+            except anyio.EndOfStream:
+                if failed:
+                    raise failed[0] from None
+                return
+
+    async def read() -> None:
+        try:
+            outcome.append(await ingest_thread(request, call, replace(body, rest=None, segments=segments())))
+        except Exception as e:  # answered once the body is in (below)
+            errors.append(e)
+        finally:
+            receive.close()  # a reading that stopped early: the sends below drop the rest
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        try:
+            async for segment in rest:
+                try:
+                    await send.send(segment)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass  # the reading stopped (its error is the answer): receive the rest, drop it
+        except Exception as e:  # 413, or the client went away: the reading stops with it
+            failed.append(e)
+        finally:
+            send.close()
+    if failed:
+        raise failed[0]
+    if errors:
+        raise errors[0]
+    return outcome[0]
 
 
 # The query parameters of every upload route (POST /api/uploads, POST /api/runs/{id}/steps/{step}).
@@ -277,9 +392,14 @@ async def upload(
     episodes or any JSON format), or the raw file bytes with ``?format=&name=``. All-or-nothing: a
     4xx names the line, episode and field and nothing is stored. ``mapping``: read records whose
     format is not known through {native field: record key}."""
-    body = await read_upload(request, format, name, visibility, mapping, trainer)
-    resolve_visibility(body.visibility, request.app.state.settings)  # 422 before any parsing
-    out = await ingest_thread(request, ingest, session, body, request.app.state.settings)
+    body = await read_upload(request, format, name, visibility, mapping, trainer, stream=True)
+    settings = request.app.state.settings
+    try:
+        resolve_visibility(body.visibility, settings)  # 422 before any parsing
+    except ApiError:
+        await drain(body.rest)
+        raise
+    out = await run_ingest(request, body, lambda b: ingest(session, b, settings))
     return json_response(out, status_code=201)
 
 
