@@ -199,28 +199,35 @@ class Document:
         format that reads its lines its own way; :func:`record_of` parses one as :meth:`records`
         does). Check :func:`looks_like_jsonl` first. A line that runs across the segments of a
         streamed upload is joined once, when its end arrives."""
+        for line, buf, start, stop in self.spans():
+            yield line, buf[start:stop]
+
+    def spans(self) -> Iterator[tuple[int, bytes, int, int]]:
+        """:meth:`lines` without copying them: ``(line number, buffer, start, stop)``, the line
+        being ``buffer[start:stop]`` (its newline included): a span of the upload (or of the
+        segment it arrived in), or, for a line that ran across segments, the line joined."""
         line = 0
         parts: list[bytes] = []  # the start of a line whose end is in a later segment
         for data in chain((self.data,), self._rest or ()):
-            view = memoryview(data)
             start, end = 0, len(data)
             while start < end:
                 stop = data.find(b"\n", start)
                 if stop < 0:
-                    parts.append(bytes(view[start:]))
+                    parts.append(data[start:])
                     break
-                raw = bytes(view[start : stop + 1])
-                if parts:
-                    raw = b"".join([*parts, raw])
-                    parts.clear()
-                start = stop + 1
                 line += 1
-                if not raw.isspace():  # a blank line (the JSON parsers skip the whitespace around a value)
-                    yield line, raw
+                if parts:
+                    joined = b"".join([*parts, data[start : stop + 1]])
+                    parts.clear()
+                    if not joined.isspace():
+                        yield line, joined, 0, len(joined)
+                elif not _blank(data, start, stop + 1):
+                    yield line, data, start, stop + 1
+                start = stop + 1
         if parts:  # the last line, without a newline
-            raw = b"".join(parts)
-            if not raw.isspace():
-                yield line + 1, raw
+            joined = b"".join(parts)
+            if not joined.isspace():
+                yield line + 1, joined, 0, len(joined)
 
     def records(self) -> Iterator[Record]:
         """The JSON (one object, a list of objects, or ``{"episodes": [...]}``) or JSONL records,
@@ -243,6 +250,15 @@ class Document:
                 yield Record(None, i, obj)
             return
         yield Record(1, 1, doc)
+
+
+_SPACE = frozenset(b" \t\r\n")
+
+
+def _blank(data: bytes, start: int, stop: int) -> bool:
+    """``data[start:stop]`` is whitespace only (a blank line, which the JSON parsers would skip);
+    a line that starts with anything else is decided by its first byte, without a copy."""
+    return data[start] in _SPACE and data[start:stop].isspace()
 
 
 def record_of(line: int, episode: int, raw: bytes) -> Record:

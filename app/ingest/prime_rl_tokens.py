@@ -97,6 +97,8 @@ def _ints(raw: list[Any] | np.ndarray, code: str, dtype: Any) -> np.ndarray | No
     column reader's: int64, or float64 when the JSON list held numbers) converts when every
     entry is a whole number within int64, as the list does."""
     if isinstance(raw, np.ndarray):
+        if raw.dtype == dtype:  # the column reader's int64 ids: nothing to check
+            return raw
         if raw.dtype.kind == "f" and raw.size:
             whole = bool(np.array_equal(raw, np.trunc(raw)))
             if not (whole and -(2.0**63) <= raw.min() and raw.max() < 2.0**63):
@@ -116,9 +118,12 @@ def _fits(arr: np.ndarray, dtype: Any) -> bool:
     return arr.size == 0 or (info.min <= arr.min() and arr.max() <= info.max)
 
 
-def _flags(raw: list[Any]) -> np.ndarray | None:
+def _flags(raw: list[Any] | np.ndarray) -> np.ndarray | None:
     """A list that starts with a boolean, as a bool array in one C-level pass (``bytes`` takes
-    True/False as 1/0); None when an entry is not a boolean or 0/1 (a null, a number)."""
+    True/False as 1/0); None when an entry is not a boolean or 0/1 (a null, a number). The column
+    reader's bool array as it is."""
+    if isinstance(raw, np.ndarray):
+        return raw if raw.dtype == np.bool_ else None
     if not raw or type(raw[0]) is not bool:
         return None
     try:
@@ -149,7 +154,7 @@ def _ids(rec: Record) -> np.ndarray:
 def _mask(rec: Record, n: int) -> tuple[np.ndarray, dict[str, Any] | None]:
     """The loss mask fitted to ``n`` ids, and the ``mask_misaligned`` meta when it does not fit."""
     raw = rec.obj.get("loss_mask")
-    arr = _flags(raw) if isinstance(raw, list) else None
+    arr = _flags(raw) if isinstance(raw, (list, np.ndarray)) else None
     if arr is None and isinstance(raw, (list, np.ndarray)):
         arr = _ints(raw, "b", np.int8)
     if arr is None:
@@ -242,7 +247,7 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> A
     for name, value in obj.items():
         if name in NOT_SIGNALS or not isinstance(value, (list, np.ndarray)) or _top_k(value):
             continue
-        flags = _flags(value) if isinstance(value, list) and len(value) == n else None
+        flags = _flags(value) if isinstance(value, (list, np.ndarray)) and len(value) == n else None
         if flags is not None:
             signals[name] = flags
             continue
@@ -285,9 +290,9 @@ def _records(doc: Document) -> Iterator[Record]:
         yield from doc.records()
         return
     reader = ColumnReader(integer_fields=("token_ids", "position_ids"))
-    for n, (line, raw) in enumerate(doc.lines(), start=1):
-        obj = reader.read(raw)
-        yield record_of(line, n, raw) if obj is None else Record(line, n, obj)
+    for n, (line, buf, start, stop) in enumerate(doc.spans(), start=1):
+        obj = reader.read(buf, start, stop)
+        yield record_of(line, n, buf[start:stop]) if obj is None else Record(line, n, obj)
 
 
 def episodes(doc: Document, tokenizer: TokenDecoder | None = None) -> Iterator[Pair]:

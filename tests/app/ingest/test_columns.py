@@ -121,3 +121,14 @@ def test_one_reader_reads_many_lines():
         assert got is not None and got["x"].tolist() == [i, i + 0.5]
     assert reader.read(b"not json") is None
     assert reader.read(b'{"x": [7]}') == {"x": pytest.approx(np.array([7.0]))}
+
+
+def test_a_line_read_in_place_inside_a_larger_buffer():
+    # The span of a line in an upload segment: what lies around it (other lines, their brackets)
+    # is not read.
+    line = b'{"x": [0.25, -1.5], "k": "v"}\n'
+    buf = b'{"y": [[1], [2]]}\n' + line + b'{"z": [3'
+    start = buf.index(line)
+    got = ColumnReader().read(buf, start, start + len(line))
+    assert got is not None and got["x"].tolist() == [0.25, -1.5] and got["k"] == "v"
+    assert ColumnReader().read(buf, 0, start) is None  # the nested line before it
