@@ -60,17 +60,9 @@ async def _read_head(request: Request, limit: int, segment: int) -> tuple[bytes,
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise _too_large(declared, limit)
-    chunks = request.stream().__aiter__()
-    head: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(f"more than {limit}", limit)
-        head.append(chunk)
-        if size >= segment:
-            return b"".join(head), _segments(chunks, size, limit, segment)
-    return b"".join(head), None
+    pieces = _segments(request.stream(), 0, limit, segment)
+    head = await anext(pieces, b"")
+    return head, (pieces if len(head) >= segment else None)
 
 
 async def _segments(

@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.app.ingest.fmt_helpers import STORED_FIELDS
 from tests.app.svc_helpers import episode, jsonl
 from tests.live_server import Server
 
@@ -75,22 +76,7 @@ def _episodes(c: httpx.Client, body: dict) -> list[dict]:
     for e in body["episodes"]:
         ep = c.get(f"/api/episodes/{e['slug']}").json()
         adv = c.get(f"/api/episodes/{e['slug']}/advantages", params={"scheme": "uploaded"}).json()
-        out.append(
-            {
-                k: ep[k]
-                for k in (
-                    "kinds",
-                    "token_ids",
-                    "logprobs",
-                    "rollout_logprobs",
-                    "entropy",
-                    "reward",
-                    "group",
-                    "meta",
-                )
-            }
-            | {"uploaded": adv["schemes"][0]["advantages"]}
-        )
+        out.append({k: ep[k] for k in STORED_FIELDS} | {"uploaded": adv["schemes"][0]["advantages"]})
     return out
 
 

@@ -96,3 +96,7 @@ def fixture_module(name: str) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+# The fields of a stored episode that hold what an upload said (for comparing two uploads).
+STORED_FIELDS = ("kinds", "token_ids", "logprobs", "rollout_logprobs", "entropy", "reward", "group", "meta")

@@ -84,7 +84,8 @@ def test_what_is_not_a_list_of_numbers_is_its_python_value():
     }
     got = ColumnReader(integer_fields=["ids_with_a_float"]).read(json.dumps(obj).encode())
     assert got is not None
-    for key in ("mask", "with_null", "ids_with_a_float", "words", "losses", "scalar", "obj", "nothing"):
+    assert got["mask"].dtype == np.bool_ and got["mask"].tolist() == obj["mask"]  # read from its text
+    for key in ("with_null", "ids_with_a_float", "words", "losses", "scalar", "obj", "nothing"):
         assert got[key] == obj[key] and not isinstance(got[key], np.ndarray), key
     assert isinstance(got["empty"], np.ndarray) and got["empty"].size == 0
     assert list(got) == list(obj)  # the keys in the line's order
@@ -132,3 +133,27 @@ def test_a_line_read_in_place_inside_a_larger_buffer():
     got = ColumnReader().read(buf, start, start + len(line))
     assert got is not None and got["x"].tolist() == [0.25, -1.5] and got["k"] == "v"
     assert ColumnReader().read(buf, 0, start) is None  # the nested line before it
+
+
+@pytest.mark.parametrize(
+    "text, as_array",
+    [
+        (b'{"m": [true, false,\n true], "x": [1]}', True),
+        (b'{"x": [0.5], "m":[true,false,true]}', True),
+        (b'{"s": "t", "m" : [ true , false , true ] }', True),
+        (b'{"m": [true, null, true]}', False),  # null: the list, as JSON gives it
+        (b'{"m": [true, 0, true]}', False),
+        (b'{"m": [true, "false", true]}', False),
+        (b'{"m": ["a]", true]}', False),  # a "]" inside a string
+        (b'{"m": [false]}', True),
+    ],
+)
+def test_boolean_lists_are_read_from_their_text_only_when_that_is_exact(text, as_array):
+    got = ColumnReader().read(text)
+    assert got is not None
+    want = json.loads(text)["m"]
+    if as_array:
+        assert isinstance(got["m"], np.ndarray) and got["m"].dtype == np.bool_
+        assert got["m"].tolist() == want
+    else:
+        assert got["m"] == want and isinstance(got["m"], list)

@@ -14,7 +14,16 @@ import math
 
 import pytest
 
-from tests.app.ingest.fmt_helpers import example, lines, pick, refused, stored, upload, uploaded_advantages
+from tests.app.ingest.fmt_helpers import (
+    STORED_FIELDS,
+    example,
+    lines,
+    pick,
+    refused,
+    stored,
+    upload,
+    uploaded_advantages,
+)
 
 R0, R1 = "prime_rl_tokens/rank_0.jsonl", "prime_rl_tokens/rank_1.jsonl"
 
@@ -168,16 +177,7 @@ def test_lines_read_as_columns_store_what_the_generic_reader_stores(client):
     assert len(by_columns) == len(by_lines) == 3
     for a, b in zip(by_columns, by_lines, strict=True):
         assert b["meta"].pop("note") == "a[1]"
-        for key in (
-            "kinds",
-            "token_ids",
-            "logprobs",
-            "rollout_logprobs",
-            "entropy",
-            "reward",
-            "group",
-            "meta",
-        ):
+        for key in STORED_FIELDS:
             assert a[key] == b[key], key
         assert uploaded_advantages(client, a["slug"]) == uploaded_advantages(client, b["slug"])
 
