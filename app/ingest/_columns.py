@@ -94,24 +94,24 @@ def _brackets(raw: bytes, start: int, stop: int) -> list[int]:
     return out
 
 
-_BOOLEAN_TEXT = b"truefals, \t\r\n"  # the bytes of a list of true/false alone, without its brackets
-_T, _F = ord("t"), ord("f")
+# true -> 1 and false -> 0 by their first letters; the other letters of true/false, commas and
+# whitespace deleted. Anything else (null, a digit, a quote) stays as a byte above 1.
+_FIRST_LETTERS = bytes.maketrans(b"tf", b"\x01\x00")
+_DROPPED = b"rueals, \t\r\n"
 
 
 def _booleans(raw: bytes, at: int, stop: int, n: int) -> np.ndarray | None:
     """The list that opens at ``raw[at]`` as a bool array read from its text, when it is ``n``
-    entries of true/false alone (a loss mask, prime-rl's ``is_masked``): ~2x faster than
+    entries of true/false alone (a loss mask, prime-rl's ``is_masked``): 3-4x faster than
     simdjson's list of Python bools typed again. None otherwise (a null, a number, a string): the
     caller takes the list. The line is valid JSON with no list inside a list, so the list ends at
-    the next "]" unless a string holds one, and a text made only of the letters of true/false,
-    commas and whitespace holds no string: each entry is a true or a false, starting with its
-    "t" or its "f"."""
+    the next "]" unless a string holds one (whose quotes then stay); with the letters of true/false
+    other than their first, the commas and the whitespace deleted, a list of booleans alone leaves
+    exactly one byte per entry, 1 for true and 0 for false."""
     end = raw.find(b"]", at, stop)
     if end < 0:
         return None
-    text = raw[at + 1 : end]
-    if text.translate(None, _BOOLEAN_TEXT):  # anything else left: not booleans alone
+    first = raw[at + 1 : end].translate(_FIRST_LETTERS, _DROPPED)
+    if len(first) != n or first.translate(None, b"\x00\x01"):
         return None
-    codes = np.frombuffer(text, dtype=np.uint8)
-    first = codes[(codes == _T) | (codes == _F)]
-    return first == _T if len(first) == n else None
+    return np.frombuffer(first, dtype=np.bool_)
