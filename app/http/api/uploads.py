@@ -282,6 +282,14 @@ async def ingest_thread(request: Request, fn: Callable[..., T], *args: Any, **kw
     return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=limiter)
 
 
+def _interrupted() -> ApiError:
+    return ApiError(
+        503,
+        "upload_interrupted",
+        "the upload stopped before its end (the server is stopping); nothing was stored.",
+    )
+
+
 async def drain(rest: AsyncIterator[bytes] | None) -> None:
     """Receive and drop what is left of a body still arriving (``UploadBody.rest``), so a 4xx
     found in its head is answered once the client has sent it all, as for any other upload."""
@@ -324,16 +332,20 @@ async def run_ingest(request: Request, body: UploadBody, call: Callable[[UploadB
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(read)
+        whole = False
         try:
             async for segment in rest:
                 try:
                     await send.send(segment)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     pass  # the reading stopped (its error is the answer): receive the rest, drop it
+            whole = True
         except Exception as e:  # 413, or the client went away: the reading stops with it
             failed.append(e)
         finally:
-            send.close()
+            if not whole and not failed:  # cancelled (the server stopping): never a clean end
+                failed.append(_interrupted())
+            send.close()  # after `failed`: the reading sees the end and then why
     if failed:
         raise failed[0]
     if errors:

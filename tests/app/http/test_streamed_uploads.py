@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 from collections.abc import Iterator
 
 import httpx
@@ -180,3 +181,24 @@ def test_a_run_step_read_as_it_arrives(c):
     r = _post(c, _text(rows), path=f"/api/runs/{rid}/steps/4", trainer="nope")
     assert r.status_code == 422 and r.json()["error"]["field"] == "trainer"
     assert [s["step"] for s in c.get(f"/api/runs/{rid}").json()["steps"]] == [3]
+
+
+def test_a_client_gone_midway_stores_nothing(c, server):
+    # Headers and half the body, then the connection closes: the reading, already under way, must
+    # end without a batch (a clean end of the body would have stored the lines it had).
+    data = _text(_rank_file(24, seed=7))
+    before = _count(c)
+    host, port = server.base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as s:
+        head = (
+            f"POST /api/uploads?name=gone.jsonl HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/octet-stream\r\nContent-Length: {len(data)}\r\n\r\n"
+        )
+        # Cut after a whole line: read as a clean end, those lines would make a valid upload.
+        cut = data.index(b"\n", len(data) // 2) + 1
+        s.sendall(head.encode() + data[:cut])
+    # Uploads are read one at a time (CREDITLENS_INGEST_THREADS=1): once the next one is stored,
+    # the one cut short has finished.
+    r = _post(c, _text(_rank_file(3, seed=8)))
+    assert r.status_code == 201, r.text
+    assert _count(c) == before + 1
