@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser import browser_data as data
 
@@ -34,3 +35,15 @@ def shot(page, name: str) -> Path:
 
 def wait_ready(page, selector: str = "#strip", timeout: float = 15_000) -> None:
     page.wait_for_selector(f'{selector}[data-ready="1"]', timeout=timeout)
+
+
+def url_has(page, *parts: str, timeout: float = 5_000) -> None:
+    """Assert that the page's address holds every one of ``parts``, read in the page itself
+    (``location.href``, which ``history.replaceState`` changes at once; Playwright's ``page.url``
+    learns of it from an event a moment later, so reading it right after a key press races)."""
+    try:
+        page.wait_for_function(
+            "parts => parts.every(p => location.href.includes(p))", arg=list(parts), timeout=timeout
+        )
+    except PlaywrightTimeout:
+        raise AssertionError(f"{list(parts)} not all in {page.evaluate('location.href')}") from None

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.browser import browser_data as data
-from tests.browser.browser_util import ROOT, shot, upload, wait_ready
+from tests.browser.browser_util import ROOT, shot, upload, url_has, wait_ready
 
 pytestmark = pytest.mark.browser
 
@@ -119,7 +119,7 @@ def test_tool_cells_gray_collapsed_and_expand_on_click(page, handbuilt_slug):
 
     page.mouse.click(cell["x"] + 5, cell["y"] + 5)
     page.wait_for_function("() => window.__strip.cellAt(3).type === 'tok'")
-    assert "open=2" in page.url
+    url_has(page, "open=2")
     assert page.evaluate("window.__strip.items.length") == 9  # 5 policy + 3 tool + 1 span
     assert page.evaluate("window.__strip.pixelAt(3, 0)")[:3] == [150, 150, 150]
     shot(page, "episode-tool-expanded")
@@ -139,11 +139,11 @@ def test_keyboard_cursor_moves_and_shows_panel(page, handbuilt_slug):
     wait_ready(page)
     page.focus(".strip-canvas")
     page.keyboard.press("ArrowRight")
-    assert "tok=0" in page.url
+    url_has(page, "tok=0")
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")  # the collapsed span counts as one step
     page.keyboard.press("ArrowRight")
-    assert "tok=5" in page.url
+    url_has(page, "tok=5")
     panel = page.locator(".hover-panel")
     assert panel.is_visible()
     # Returns-to-go at position 5 with γ = 1: −0.1 + 0.9 = 0.8.

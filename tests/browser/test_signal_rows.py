@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.browser_util import shot, upload, wait_ready
+from tests.browser.browser_util import shot, upload, url_has, wait_ready
 
 pytestmark = pytest.mark.browser
 
@@ -191,7 +191,7 @@ def test_overview_one_column_per_call_and_a_click_scrolls_the_strips(page, slugs
     page.mouse.click(pt["x"], pt["y"])
     target = _call_start(45)
     page.wait_for_function(f"() => window.__strip.cursor === {target}")
-    assert f"tok={target}" in page.url
+    url_has(page, f"tok={target}")
     seen = page.evaluate(
         f"""() => {{ const s = window.__strip, L = s.items[s.itemOf[{target}]].line;
              return [L * s.blockH, s.scroller.scrollTop, s.scroller.clientHeight]; }}"""
@@ -227,7 +227,7 @@ def test_keys_jump_by_largest_advantage_and_to_sign_disagreements(page, slugs):
     press("d", _call_start(5))
     press("Shift+D", _call_start(20))
     assert page.evaluate(cursor) == _call_start(20)
-    assert f"tok={_call_start(20)}" in page.url
+    url_has(page, f"tok={_call_start(20)}")
     # Typing in a field does not jump.
     page.focus("#gamma-num")
     page.keyboard.press("n")
