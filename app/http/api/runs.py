@@ -430,9 +430,9 @@ async def post_step(
         out = await run_ingest(
             request,
             body,
-            lambda b: ingest(
+            lambda rest: ingest(
                 session,
-                b,
+                body,
                 settings,
                 default_name=f"{run_name} · step {step}",
                 run_id=rid,
@@ -441,6 +441,7 @@ async def post_step(
                 keep=keep,
                 trainer=run_trainer,
                 trainer_config=run_config,
+                rest=rest,
             ),
         )
     except IntegrityError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar
 
@@ -40,38 +40,34 @@ def _too_large(n: int | str, limit: int) -> ApiError:
     )
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+def _check_declared(request: Request, limit: int) -> None:
+    """413 before reading a body whose declared length is beyond ``limit`` (a chunked body
+    declares none: what arrives is counted too)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise _too_large(declared, limit)
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(f"more than {limit}", limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The whole raw body; 413 beyond ``limit``."""
+    head, _ = await _read_head(request, limit, limit + 1)  # no segment ends before the limit
+    return head
 
 
 async def _read_head(request: Request, limit: int, segment: int) -> tuple[bytes, AsyncIterator[bytes] | None]:
     """(the body's first ``segment`` bytes or more, the rest as segments still to be received —
-    None when the head is the whole body). 413 beyond ``limit``, as :func:`_read_body`."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise _too_large(declared, limit)
-    pieces = _segments(request.stream(), 0, limit, segment)
+    None when the head is the whole body). 413 beyond ``limit``."""
+    _check_declared(request, limit)
+    pieces = _segments(request.stream(), limit, segment)
     head = await anext(pieces, b"")
     return head, (pieces if len(head) >= segment else None)
 
 
-async def _segments(
-    chunks: AsyncIterator[bytes], received: int, limit: int, segment: int
-) -> AsyncIterator[bytes]:
-    """The rest of a body in pieces of ``segment`` bytes or more (the last may be shorter); 413
-    once more than ``limit`` bytes arrived in all."""
+async def _segments(chunks: AsyncIterator[bytes], limit: int, segment: int) -> AsyncIterator[bytes]:
+    """A body in pieces of ``segment`` bytes or more (the last may be shorter); 413 once more than
+    ``limit`` bytes arrived in all."""
     pieces: list[bytes] = []
-    size = 0
+    size = received = 0
     async for chunk in chunks:
         received += len(chunk)
         if received > limit:
@@ -122,7 +118,6 @@ class UploadBody:
     # A raw body longer than one segment (read_upload with stream=True): ``data`` is its head, and
     # ``rest`` the segments still to be received; run_ingest hands them to the reading thread.
     rest: AsyncIterator[bytes] | None = None
-    segments: Iterator[bytes] | None = None  # the same, on the reading thread's side
 
 
 def resolve_visibility(given: str | None, settings: Settings) -> str:
@@ -171,9 +166,7 @@ async def read_upload(
     filename = None
     tokenizer = None
     if ctype.startswith("multipart/form-data"):
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise _too_large(declared, limit)
+        _check_declared(request, limit)
         # Count what arrives too: a chunked body declares no length, and the form parser would
         # spool all of it to disk before the size check below.
         form = await _capped(request, limit).form()
@@ -237,11 +230,13 @@ def ingest(
     keep: int | None = None,
     trainer: str | None = None,
     trainer_config: dict[str, Any] | None = None,
+    rest: Iterator[bytes] | None = None,
 ) -> dict[str, Any]:
     """Parse, validate and store one upload (as a run's step when ``run_id`` is given); the 201
     body. Blocking: call it in a worker thread. ``visibility``: a run step's (its run's), else the
     body's or the server's default. ``trainer``/``trainer_config``: a run step's (its run's), else
-    the body's trainer; kept in the batch's meta (app/core/trainers.py)."""
+    the body's trainer; kept in the batch's meta (app/core/trainers.py). ``rest``: the body after
+    ``body.data`` as it arrives (given by :func:`run_ingest`)."""
     trainer = body.trainer or trainer
     trainer_config = body.config or trainer_config
     visibility = visibility or resolve_visibility(body.visibility, settings)
@@ -249,7 +244,7 @@ def ingest(
     decoder = None if tok is None else load_tokenizer(tok, settings.max_tokenizer_bytes)
     with collecting() as warnings:  # what the reader noted (app/ingest/_notes.py)
         fmt, items = iter_upload(
-            body.data, fmt=body.format, tokenizer=decoder, mapping=body.mapping, rest=body.segments
+            body.data, fmt=body.format, tokenizer=decoder, mapping=body.mapping, rest=rest
         )
         created = create_batch_streaming(
             session,
@@ -298,16 +293,16 @@ async def drain(rest: AsyncIterator[bytes] | None) -> None:
             pass
 
 
-async def run_ingest(request: Request, body: UploadBody, call: Callable[[UploadBody], T]) -> T:
-    """``call(body)`` in an ingest thread (:func:`ingest_thread`). When the body is still arriving
-    (``body.rest``), it is received meanwhile and handed to the thread segment by segment
-    (``body.segments``; at most two wait at once, so a client sending faster than the reading
-    waits): a prime-rl step is parsed while it uploads and never held whole. If the reading fails
+async def run_ingest(request: Request, body: UploadBody, call: Callable[[Iterator[bytes] | None], T]) -> T:
+    """``call(rest)`` in an ingest thread (:func:`ingest_thread`), ``rest`` being None when the
+    body is all in ``body.data``. When it is still arriving (``body.rest``), it is received
+    meanwhile and handed to the thread segment by segment through ``rest`` (at most two wait at
+    once, so a client sending faster than the reading waits): a prime-rl step is parsed while it uploads and never held whole. If the reading fails
     (a bad line), the rest is still received and dropped before the answer; if receiving fails (413,
     the client gone), the reading stops with that error and stores nothing."""
     rest = body.rest
     if rest is None:
-        return await ingest_thread(request, call, body)
+        return await ingest_thread(request, call, None)
     send, receive = anyio.create_memory_object_stream[bytes](max_buffer_size=2)
     failed: list[Exception] = []
     outcome: list[T] = []
@@ -324,7 +319,7 @@ async def run_ingest(request: Request, body: UploadBody, call: Callable[[UploadB
 
     async def read() -> None:
         try:
-            outcome.append(await ingest_thread(request, call, replace(body, rest=None, segments=segments())))
+            outcome.append(await ingest_thread(request, call, segments()))
         except Exception as e:  # answered once the body is in (below)
             errors.append(e)
         finally:
@@ -403,7 +398,7 @@ async def upload(
     except ApiError:
         await drain(body.rest)
         raise
-    out = await run_ingest(request, body, lambda b: ingest(session, b, settings))
+    out = await run_ingest(request, body, lambda rest: ingest(session, body, settings, rest=rest))
     return json_response(out, status_code=201)
 
 
