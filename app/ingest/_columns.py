@@ -61,27 +61,29 @@ class ColumnReader:
                 return None
             at = iter(opens)
             return {
-                key: self._value(key, value, raw, next(at) if isinstance(value, simdjson.Array) else -1, stop)
+                key: self._list(key, value, raw, next(at), stop)
+                if isinstance(value, simdjson.Array)
+                else value.as_dict()
+                if isinstance(value, simdjson.Object)
+                else value
                 for key, value in values
             }
         finally:
             del doc, values  # the parser is reused only once nothing refers to its last document
 
-    def _value(self, key: str, value: Any, raw: bytes, at: int, stop: int) -> Any:
-        if isinstance(value, simdjson.Array):
-            if key in self._ints:
-                try:
-                    return np.frombuffer(value.as_buffer(of_type="i"), dtype=np.int64)
-                except TypeError:  # not all integers (or beyond int64): the list, as JSON gives it
-                    return value.as_list()
+    def _list(self, key: str, value: Any, raw: bytes, at: int, stop: int) -> Any:
+        """One top-level list (opening at ``raw[at]``): an array when it holds numbers or
+        booleans alone, else the list as JSON gives it."""
+        if key in self._ints:
             try:
-                return np.frombuffer(value.as_buffer(of_type="d"), dtype=np.float64)
-            except TypeError:  # booleans, nulls, strings, nested values
-                flags = _booleans(raw, at, stop, len(value))
-                return value.as_list() if flags is None else flags
-        if isinstance(value, simdjson.Object):
-            return value.as_dict()
-        return value
+                return np.frombuffer(value.as_buffer(of_type="i"), dtype=np.int64)
+            except TypeError:  # not all integers (or beyond int64)
+                return value.as_list()
+        try:
+            return np.frombuffer(value.as_buffer(of_type="d"), dtype=np.float64)
+        except TypeError:  # booleans, nulls, strings, nested values
+            flags = _booleans(raw, at, stop, len(value))
+            return value.as_list() if flags is None else flags
 
 
 def _brackets(raw: bytes, start: int, stop: int) -> list[int]:

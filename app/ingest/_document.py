@@ -122,7 +122,7 @@ class Document:
     A large JSONL upload may still be arriving while it is read (``rest``: the bytes after
     ``data``, segment by segment, as the server receives them; app/http/api/uploads.py). Then
     ``data`` is the upload's head, which detection reads (its first records, its first bytes), and
-    :meth:`lines` and :meth:`records` go on through ``rest``; only a format that reads nothing but
+    :meth:`lines`, :meth:`spans` and :meth:`records` go on through ``rest``; only a format that reads nothing but
     those (:attr:`app.ingest._registry.Format.streams`) is given such a document."""
 
     def __init__(self, data: bytes, rest: Iterator[bytes] | None = None) -> None:
@@ -252,7 +252,7 @@ class Document:
         yield Record(1, 1, doc)
 
 
-_SPACE = frozenset(b" \t\r\n")
+_SPACE = frozenset(b" \t\n\r\x0b\x0c")  # what bytes.isspace counts
 
 
 def _blank(data: bytes, start: int, stop: int) -> bool:

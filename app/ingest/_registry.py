@@ -19,8 +19,8 @@ The contract (every format, the same shape):
 * or, for a format whose JSON/JSONL records map one-to-one onto episodes, ``record(rec) ->
   EpisodeIn`` (``record(rec, tokenizer)`` with ``takes_tokenizer``): the registry streams the
   records (:meth:`Document.records`) through it;
-* ``streams=True``: the format reads a JSONL upload through :meth:`Document.lines` or
-  :meth:`Document.records` alone (never the whole of ``doc.data``), so a large upload is read
+* ``streams=True``: the format reads a JSONL upload through :meth:`Document.lines`,
+  :meth:`Document.spans` or :meth:`Document.records` alone (never the whole of ``doc.data``), so a large upload is read
   while it still arrives (:func:`app.ingest.iter_upload` with ``rest``).
 """
 

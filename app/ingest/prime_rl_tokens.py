@@ -154,9 +154,11 @@ def _ids(rec: Record) -> np.ndarray:
 def _mask(rec: Record, n: int) -> tuple[np.ndarray, dict[str, Any] | None]:
     """The loss mask fitted to ``n`` ids, and the ``mask_misaligned`` meta when it does not fit."""
     raw = rec.obj.get("loss_mask")
-    arr = _flags(raw) if isinstance(raw, (list, np.ndarray)) else None
-    if arr is None and isinstance(raw, (list, np.ndarray)):
-        arr = _ints(raw, "b", np.int8)
+    arr = None
+    if isinstance(raw, (list, np.ndarray)):
+        arr = _flags(raw)
+        if arr is None:  # 0/1 (or other) integers
+            arr = _ints(raw, "b", np.int8)
     if arr is None:
         raise rec.error("wrong_type", "field `loss_mask` must be a list of booleans.", "loss_mask")
     mask = np.zeros(n, dtype=bool)
