@@ -96,16 +96,25 @@ def _prepare(rewards: Tensor, values: Tensor, mask: Tensor, last_value: Tensor |
         return None
     if any(x.device.type != "cpu" for x in (rewards, values, mask)):
         return None
-    m = mask.contiguous()
-    if m.dtype == torch.bool:
-        m = m.view(torch.uint8)
+    m = _mask_buffer(mask)
     lv = None if last_value is None else last_value.to(device="cpu", dtype=torch.float64).contiguous()
     B, T = rewards.shape
     bufs = (rewards.contiguous(), values.contiguous(), m, lv)
     outs = (torch.empty(B, T, dtype=rewards.dtype), torch.empty(B, T, dtype=rewards.dtype))
-    # Threads cost tens of microseconds to start: small batches run on one.
-    threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
+    threads = _threads(B * T)
     return (vk, mk, threads), bufs, outs
+
+
+def _mask_buffer(mask: Tensor) -> Tensor:
+    """``mask`` as the kernels read it: contiguous, a bool mask as its bytes (no copy)."""
+    m = mask.contiguous()
+    return m.view(torch.uint8) if m.dtype == torch.bool else m
+
+
+def _threads(cells: int) -> int:
+    """Threads for a pass over ``cells`` numbers: they cost tens of microseconds to start, so
+    small batches run on one."""
+    return torch.get_num_threads() if cells >= 1 << 16 else 1
 
 
 def _addr(x: Tensor | None) -> int:
@@ -170,15 +179,13 @@ def span_gae(
         return None
     if any(x is not None and x.device.type != "cpu" for x in (rewards, values, mask)):
         return None
-    m = mask.contiguous()
-    if m.dtype == torch.bool:
-        m = m.view(torch.uint8)
+    m = _mask_buffer(mask)
     r = rewards.contiguous()
     v = None if values is None else values.contiguous()
     B, T = r.shape
     adv, tgt = torch.empty(B, T, dtype=dtype), torch.empty(B, T, dtype=dtype)
     if B * T:
-        threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
+        threads = _threads(B * T)
         n = _native.span_gae(
             *map(_addr, (r, v, m, adv, tgt)), B, T, float(gamma), float(lam), vk, mk, threads
         )
@@ -198,14 +205,12 @@ def row_broadcast(a: Tensor, mask: Tensor, select: bool = False) -> Tensor | Non
     if vk is None or mk is None or a.device.type != "cpu" or mask.device.type != "cpu":
         return None
     sel = select or mask.dtype == torch.bool
-    m = mask.contiguous()
-    if m.dtype == torch.bool:
-        m = m.view(torch.uint8)
+    m = _mask_buffer(mask)
     ac = a.contiguous()
     B, T = m.shape
     out = torch.empty(B, T, dtype=a.dtype)
     if B * T:
-        threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
+        threads = _threads(B * T)
         _native.row_broadcast(ac.data_ptr(), m.data_ptr(), out.data_ptr(), B, T, vk, mk, int(sel), threads)
     return out
 
@@ -218,9 +223,7 @@ def row_counts(mask: Tensor) -> Tensor | None:
     mk = _M_KINDS.get(mask.dtype)
     if mk is None:
         return None
-    m = mask.contiguous()
-    if m.dtype == torch.bool:
-        m = m.view(torch.uint8)
+    m = _mask_buffer(mask)
     B, T = m.shape
     out = torch.zeros(B, dtype=torch.int64)
     if B * T:
@@ -240,16 +243,14 @@ def masked_returns(
     vk, mk = _V_KINDS.get(rewards.dtype), _M_KINDS.get(mask.dtype)
     if vk is None or mk is None or rewards.device.type != "cpu" or mask.device.type != "cpu":
         return None
-    m = mask.contiguous()
-    if m.dtype == torch.bool:
-        m = m.view(torch.uint8)
+    m = _mask_buffer(mask)
     r = rewards.contiguous()
     B, T = r.shape
     base = None if baseline is None else baseline.to(device="cpu", dtype=r.dtype).reshape(B).contiguous()
     ret = torch.empty(B, T, dtype=r.dtype)
     adv = None if base is None else torch.empty(B, T, dtype=r.dtype)
     if B * T:
-        threads = torch.get_num_threads() if B * T >= 1 << 16 else 1
+        threads = _threads(B * T)
         _native.masked_returns(*map(_addr, (r, m, base, ret, adv)), B, T, float(gamma), vk, mk, threads)
     return ret, adv
 
@@ -286,9 +287,7 @@ def otb(
         return None
     if any(x.device.type != "cpu" for x in (rewards, mask, exp_logprobs, sum_pi_squared, groups)):
         return None
-    m = mask.contiguous()
-    if m.dtype == torch.bool:
-        m = m.view(torch.uint8)
+    m = _mask_buffer(mask)
     B, T = rewards.shape
     r, e, spp = rewards.contiguous(), exp_logprobs.contiguous(), sum_pi_squared.contiguous()
     grp = groups.to(torch.int64).contiguous()
