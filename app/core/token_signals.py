@@ -141,6 +141,15 @@ def _as_list(kind: str, arr: np.ndarray, nulls: np.ndarray | None) -> list[Any]:
     return list(boxed.tolist())
 
 
+def as_json(values: Any) -> Any:
+    """One ``token_signals`` entry as it reads back once stored: a reader's numpy array as the
+    list JSON gives (null where a float is not finite); anything else as it is."""
+    if not isinstance(values, np.ndarray):
+        return values
+    got = typed_array(values, len(values)) if values.ndim == 1 else None
+    return values.tolist() if got is None else _as_list(*got)
+
+
 def unpack_signals(blob: bytes | memoryview) -> tuple[int, list[str], dict[str, list[Any]]]:
     """(at, names, {name: list}) of :func:`pack_signals`'s bytes; ValueError for another blob."""
     mv = memoryview(blob)

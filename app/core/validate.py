@@ -30,7 +30,7 @@ from app.core.errors import ApiError, located
 from app.core.rows import EpisodeRow
 from app.core.schemas import EpisodeIn
 from app.core.settings import Settings
-from app.core.token_signals import split
+from app.core.token_signals import as_json, split
 
 Where = dict[str, int | None]  # {"line": ..., "episode": ...}
 
@@ -211,16 +211,6 @@ def from_native(ep: EpisodeIn, where: Where) -> ArrayEpisode:
     )
 
 
-def _signal_list(values: Any) -> Any:
-    """A ``meta.token_signals`` entry as JSON would read it: a numpy array as a list (null where a
-    float is not finite, as orjson writes it); anything else as it is."""
-    if not isinstance(values, np.ndarray):
-        return values
-    if values.dtype.kind == "f" and not (finite := np.isfinite(values)).all():
-        return [x if ok else None for x, ok in zip(values.tolist(), finite.tolist(), strict=True)]
-    return values.tolist()
-
-
 def native_of(ep: ArrayEpisode) -> EpisodeIn:
     """An array episode as a native one (for the offline CLI; not validated here). Its
     ``meta.token_signals`` arrays become lists, as the stored episode reads them back."""
@@ -235,7 +225,7 @@ def native_of(ep: ArrayEpisode) -> EpisodeIn:
     }
     meta = ep.meta
     if isinstance(signals := meta.get("token_signals"), dict):
-        meta = {**meta, "token_signals": {k: _signal_list(v) for k, v in signals.items()}}
+        meta = {**meta, "token_signals": {k: as_json(v) for k, v in signals.items()}}
     return EpisodeIn.model_construct(
         tokens=tokens,
         kinds=kind_names(np.asarray(ep.kinds, dtype=np.uint8)),
