@@ -39,6 +39,18 @@ def text(ep: dict, kind: str) -> str:
     return "".join(pick(ep, kind))
 
 
+def spans(tokens: list[str], kinds: list[str], kind: str) -> list[str]:
+    """The text of each maximal run of tokens of ``kind``, in order (a turn of the model, a tool
+    result, ...)."""
+    out: list[str] = []
+    for i, (t, k) in enumerate(zip(tokens, kinds, strict=True)):
+        if k == kind:
+            if i == 0 or kinds[i - 1] != kind:
+                out.append("")
+            out[-1] += t
+    return out
+
+
 def all_schemes(client: TestClient) -> list[str]:
     return [s["name"] for s in client.get("/api/schemes").json()["schemes"]]
 

@@ -25,6 +25,7 @@ from app.core.schemas import EpisodeIn
 from app.ingest import _notes, detect
 from app.ingest._document import Document
 from app.ingest.transcript import episodes
+from tests.app.ingest.fmt_helpers import spans
 
 
 def _ev(t: str, **props: Any) -> list[Any]:
@@ -99,13 +100,7 @@ def _read(rows: list[Any]) -> tuple[list[EpisodeIn], list[str]]:
 
 
 def _spans(ep: EpisodeIn, kind: str) -> list[str]:
-    out: list[str] = []
-    for i, (t, k) in enumerate(zip(ep.tokens, ep.kinds, strict=True)):
-        if k == kind:
-            if i == 0 or ep.kinds[i - 1] != kind:
-                out.append("")
-            out[-1] += t
-    return out
+    return spans(ep.tokens, ep.kinds, kind)
 
 
 def test_a_session_opens_with_its_turns_calls_and_results():

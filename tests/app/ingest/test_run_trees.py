@@ -20,6 +20,7 @@ from app.core.schemas import EpisodeIn
 from app.ingest import _notes, detect
 from app.ingest._document import Document
 from app.ingest.transcript import episodes
+from tests.app.ingest.fmt_helpers import spans
 
 
 def _lc(cls: str, content: str, **kwargs: Any) -> dict[str, Any]:
@@ -90,13 +91,7 @@ def _text(ep: EpisodeIn, kind: str) -> str:
 
 
 def _spans(ep: EpisodeIn, kind: str) -> list[str]:
-    out: list[str] = []
-    for i, (t, k) in enumerate(zip(ep.tokens, ep.kinds, strict=True)):
-        if k == kind:
-            if i == 0 or ep.kinds[i - 1] != kind:
-                out.append("")
-            out[-1] += t
-    return out
+    return spans(ep.tokens, ep.kinds, kind)
 
 
 def test_one_episode_per_trace_with_its_calls_and_tool_result_once():
