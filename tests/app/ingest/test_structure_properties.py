@@ -92,7 +92,9 @@ def records(draw: st.DrawFn) -> tuple[dict[str, Any], str, list[str], list[str]]
     value: Any = items
     depth = draw(st.integers(min_value=0, max_value=3))
     for _ in range(depth):
-        value = {draw(KEY): value, "k_note": draw(WORD), "k_count": draw(st.integers(0, 9))}
+        # Not the siblings' own names: {"k_note": [...], "k_note": "x"} would drop the list.
+        key = draw(KEY.filter(lambda k: k not in ("k_note", "k_count")))
+        value = {key: value, "k_note": draw(WORD), "k_count": draw(st.integers(0, 9))}
     record = value if isinstance(value, dict) else {draw(KEY): value}
     if shape == "steps":
         record["task"] = prompt
