@@ -48,14 +48,15 @@ COPY static ./static
 COPY fixtures ./fixtures
 COPY alembic.ini ./
 COPY migrations ./migrations
-# gcc builds the GAE kernel (estimators/_native.c) and is removed again in the same layer, as are the
-# build's leftovers in /app.
+# gcc builds the GAE kernel (estimators/_native.c) and the JSON list reader (app/ingest/_numbers.c)
+# and is removed again in the same layer, as are the build's leftovers in /app.
 # hadolint ignore=DL3008,DL3013
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install --no-deps ./client . \
     && pip check \
     && python -P -c "from estimators import native; assert native.available(), 'GAE kernel not built'" \
+    && python -P -c "from app.ingest import _columns as c; assert c.compiled_available(), 'list reader not built'" \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* /app/build /app/*.egg-info /app/client/build /app/client/*.egg-info
 

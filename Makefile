@@ -20,7 +20,7 @@ LOCK_VENV := .lock-venv
 .PHONY: install install-server run test bench bench-quick lint typecheck lock fixtures clean
 
 # The server and the client, nothing else: the client (client/) is its own distribution, `creditlens`.
-$(RUN_STAMP): pyproject.toml setup.py client/pyproject.toml estimators/_native.c estimators/_loss_native.c $(LOCK) Makefile
+$(RUN_STAMP): pyproject.toml setup.py client/pyproject.toml estimators/_native.c estimators/_loss_native.c app/ingest/_numbers.c app/ingest/_pow5.h $(LOCK) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch from this machine's disk; any other spec downloads a CUDA build.

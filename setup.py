@@ -47,5 +47,14 @@ setup(
             extra_compile_args=["-O3", "-fno-trapping-math"],
             optional=True,
         ),
+        # The lists of numbers of a JSON line read straight into arrays, exactly (app/ingest/_columns.py);
+        # without it simdjson reads them.
+        Extension(
+            "app.ingest._numbers",
+            sources=["app/ingest/_numbers.c"],
+            depends=["app/ingest/_pow5.h"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
     ],
 )

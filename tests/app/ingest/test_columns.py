@@ -5,12 +5,22 @@ not agree."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
 import pytest
 
-from app.ingest._columns import ColumnReader
+from app.ingest._columns import ColumnReader, compiled_available
+
+
+@pytest.fixture(params=[True, False], ids=["compiled", "simdjson"])
+def make(request):
+    """ColumnReader with the compiled list reader (app/ingest/_numbers.c), and without it (the
+    reader a server built without a C compiler uses): the same answers."""
+    if request.param:
+        assert compiled_available()  # the test environment builds it
+    return functools.partial(ColumnReader, compiled=request.param)
 
 
 def _reprs(rng: np.random.Generator) -> list[float]:
@@ -33,10 +43,10 @@ def _reprs(rng: np.random.Generator) -> list[float]:
     return [float(x) for x in out]
 
 
-def test_numbers_are_exactly_what_python_reads():
+def test_numbers_are_exactly_what_python_reads(make):
     values = _reprs(np.random.default_rng(7))
     line = json.dumps({"x": values, "n": 3}).encode()
-    got = ColumnReader().read(line)
+    got = make().read(line)
     assert got is not None
     want = np.array(json.loads(line)["x"], dtype=np.float64)
     assert got["x"].dtype == np.float64
@@ -45,7 +55,7 @@ def test_numbers_are_exactly_what_python_reads():
     assert got["n"] == 3
 
 
-def test_decimals_written_by_hand_round_correctly():
+def test_decimals_written_by_hand_round_correctly(make):
     # More digits than float64 holds, and halfway cases: each must round as Python's float does.
     texts = [
         "0.30000000000000004441",
@@ -57,20 +67,20 @@ def test_decimals_written_by_hand_round_correctly():
         "-1e-400",
     ]
     line = ('{"x":[' + ",".join(texts) + "]}").encode()
-    got = ColumnReader().read(line)
+    got = make().read(line)
     assert got is not None
     assert got["x"].view(np.uint64).tolist() == np.array([float(t) for t in texts]).view(np.uint64).tolist()
 
 
-def test_integer_fields_come_as_int64():
+def test_integer_fields_come_as_int64(make):
     ids = [0, 1, 151_643, 2**62]
-    got = ColumnReader(integer_fields=["ids"]).read(json.dumps({"ids": ids, "f": ids}).encode())
+    got = make(integer_fields=["ids"]).read(json.dumps({"ids": ids, "f": ids}).encode())
     assert got is not None
     assert got["ids"].dtype == np.int64 and got["ids"].tolist() == ids
     assert got["f"].dtype == np.float64  # not named as integers: numbers as floats
 
 
-def test_what_is_not_a_list_of_numbers_is_its_python_value():
+def test_what_is_not_a_list_of_numbers_is_its_python_value(make):
     obj = {
         "mask": [True, False, True],
         "with_null": [0.5, None, 1.0],
@@ -82,7 +92,7 @@ def test_what_is_not_a_list_of_numbers_is_its_python_value():
         "obj": {"a": 1},
         "nothing": None,
     }
-    got = ColumnReader(integer_fields=["ids_with_a_float"]).read(json.dumps(obj).encode())
+    got = make(integer_fields=["ids_with_a_float"]).read(json.dumps(obj).encode())
     assert got is not None
     assert got["mask"].dtype == np.bool_ and got["mask"].tolist() == obj["mask"]  # read from its text
     for key in ("with_null", "ids_with_a_float", "words", "losses", "scalar", "obj", "nothing"):
@@ -111,12 +121,12 @@ def test_what_is_not_a_list_of_numbers_is_its_python_value():
         b'{"x": "\xff"}',  # not UTF-8
     ],
 )
-def test_lines_left_to_the_generic_reader(line):
-    assert ColumnReader().read(line) is None
+def test_lines_left_to_the_generic_reader(make, line):
+    assert make().read(line) is None
 
 
-def test_one_reader_reads_many_lines():
-    reader = ColumnReader()
+def test_one_reader_reads_many_lines(make):
+    reader = make()
     for i in range(50):
         got = reader.read(json.dumps({"x": [i, i + 0.5]}).encode())
         assert got is not None and got["x"].tolist() == [i, i + 0.5]
@@ -124,15 +134,15 @@ def test_one_reader_reads_many_lines():
     assert reader.read(b'{"x": [7]}') == {"x": pytest.approx(np.array([7.0]))}
 
 
-def test_a_line_read_in_place_inside_a_larger_buffer():
+def test_a_line_read_in_place_inside_a_larger_buffer(make):
     # The span of a line in an upload segment: what lies around it (other lines, their brackets)
     # is not read.
     line = b'{"x": [0.25, -1.5], "k": "v"}\n'
     buf = b'{"y": [[1], [2]]}\n' + line + b'{"z": [3'
     start = buf.index(line)
-    got = ColumnReader().read(buf, start, start + len(line))
+    got = make().read(buf, start, start + len(line))
     assert got is not None and got["x"].tolist() == [0.25, -1.5] and got["k"] == "v"
-    assert ColumnReader().read(buf, 0, start) is None  # the nested line before it
+    assert make().read(buf, 0, start) is None  # the nested line before it
 
 
 @pytest.mark.parametrize(
@@ -148,8 +158,8 @@ def test_a_line_read_in_place_inside_a_larger_buffer():
         (b'{"m": [false]}', True),
     ],
 )
-def test_boolean_lists_are_read_from_their_text_only_when_that_is_exact(text, as_array):
-    got = ColumnReader().read(text)
+def test_boolean_lists_are_read_from_their_text_only_when_that_is_exact(make, text, as_array):
+    got = make().read(text)
     assert got is not None
     want = json.loads(text)["m"]
     if as_array:
