@@ -31,6 +31,7 @@ left for the garbage collector.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Collection
 from typing import Any
@@ -51,13 +52,24 @@ def compiled_available() -> bool:
 
 class ColumnReader:
     """Reads one JSON line at a time as columns (see the module docstring). One parser is reused
-    for every line (simdjson's buffers are allocated once); not thread-safe: one per upload."""
+    for every line (simdjson's buffers are allocated once); not thread-safe: one per upload.
+
+    ``null_as_nan``: a list of numbers and nulls (prime-rl writes null for a non-finite number, and
+    a whole row of nulls for a loss term it did not use) comes as float64 with NaN for each null
+    instead of as a list; the caller counts the NaNs, which no JSON number can be. ``threads``: the
+    compiled reader's (default: two, or one on a one-core machine). ``compiled=False`` reads every
+    line with simdjson, as a server built without a C compiler does."""
 
     def __init__(
-        self, integer_fields: Collection[str] = (), threads: int | None = None, compiled: bool = True
+        self,
+        integer_fields: Collection[str] = (),
+        threads: int | None = None,
+        compiled: bool = True,
+        null_as_nan: bool = False,
     ) -> None:
         self._parser = simdjson.Parser()
         self._ints = frozenset(integer_fields)
+        self._null_as_nan = null_as_nan
         self._threads = threads or min(2, os.cpu_count() or 1)
         self._compiled_on = compiled and _numbers is not None
 
@@ -118,6 +130,8 @@ class ColumnReader:
             return np.empty(0, dtype=np.float64)
         if kind == _numbers.BOOL:
             return np.frombuffer(data, dtype=np.bool_)
+        if kind == _numbers.NULLS and not self._null_as_nan:
+            raise _Unsure
         if kind == _numbers.INT:  # integers in a list of floats, as float(int) reads them
             return np.frombuffer(data, dtype=np.int64).astype(np.float64)
         return np.frombuffer(data, dtype=np.float64)
@@ -165,7 +179,11 @@ class ColumnReader:
             return np.frombuffer(value.as_buffer(of_type="d"), dtype=np.float64)
         except TypeError:  # booleans, nulls, strings, nested values
             flags = _booleans(raw, at, stop, len(value))
-            return value.as_list() if flags is None else flags
+            if flags is not None:
+                return flags
+            items = value.as_list()
+            arr = _with_nulls(items) if self._null_as_nan else None
+            return items if arr is None else arr
 
 
 class _Pairs(list):  # type: ignore[type-arg]
@@ -189,6 +207,14 @@ def _plain(value: Any) -> Any:
     if type(value) is list or (type(value) is str and "[" in value):
         raise _Unsure
     return value
+
+
+def _with_nulls(items: list[Any]) -> np.ndarray | None:
+    """A list of numbers and nulls as float64 with NaN for each null (``null_as_nan``); None for
+    any other list."""
+    if not all(v is None or type(v) is int or type(v) is float for v in items):
+        return None
+    return np.array([math.nan if v is None else v for v in items], dtype=np.float64)
 
 
 def _brackets(raw: bytes, start: int, stop: int) -> list[int]:

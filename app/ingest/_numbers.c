@@ -3,13 +3,14 @@
  * read_lists(buffer, start, stop, threads) finds every "[" of buffer[start:stop] and reads the list
  * it opens, on `threads` threads with the GIL released. It answers a list of
  * (open, close, kind, data) -- open at "[", close at its "]", data a buffer of the values -- or
- * None when any "[" does not open a flat list of JSON numbers alone or of true/false alone (a
- * string, null, a nested list or object, an integer beyond int64, a number beyond float64,
+ * None when any "[" does not open a flat list of JSON numbers and nulls alone or of true/false
+ * alone (a string, a nested list or object, an integer beyond int64, a number beyond float64,
  * anything that is not JSON): the caller then reads the line another way. The kinds:
  *   1  every entry an integer in int64       data: int64 values
  *   2  numbers, at least one with a fraction or an exponent   data: float64 values
  *   3  true/false                              data: one byte per entry, 0 or 1
  *   4  empty                                   data: empty
+ *   5  numbers and at least one null           data: float64 values, NaN for each null
  *
  * The numbers are exact: each decimal becomes the float64 nearest to it (ties to even), the value
  * Python's float() gives, and an integer in a list of floats the float64 nearest to it, as Python's
@@ -23,6 +24,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,7 +32,7 @@
 
 #include "_pow5.h"
 
-enum { K_INT = 1, K_FLOAT = 2, K_BOOL = 3, K_EMPTY = 4 };
+enum { K_INT = 1, K_FLOAT = 2, K_BOOL = 3, K_EMPTY = 4, K_NULLS = 5 };
 #define MAX_THREADS 16
 
 /* ---------------------------------------------------------------- decimal -> float64, exactly */
@@ -231,13 +233,18 @@ static void read_list(list_t *L) {
     }
     int64_t *out = malloc((size_t)n * 8);
     if (!out) return;
-    int kind = K_INT;
+    int kind = K_INT, nulls = 0;
     for (Py_ssize_t i = 0; i < n; ++i) {
         while (p < e && space(*p)) ++p;
         int is_int;
         int64_t iv;
         double dv;
-        if (!number(&p, e, &is_int, &iv, &dv)) {
+        if (e - p >= 4 && memcmp(p, "null", 4) == 0) { /* NaN, and the list floats with nulls */
+            p += 4;
+            is_int = 0;
+            dv = NAN;
+            nulls = 1;
+        } else if (!number(&p, e, &is_int, &iv, &dv)) {
             free(out);
             return;
         }
@@ -260,7 +267,7 @@ static void read_list(list_t *L) {
             return;
         }
     }
-    L->kind = kind;
+    L->kind = nulls ? K_NULLS : kind;
     L->n = n;
     L->data = out;
     L->ok = 1;
@@ -441,5 +448,6 @@ PyMODINIT_FUNC PyInit__numbers(void) {
     PyModule_AddIntConstant(m, "FLOAT", K_FLOAT);
     PyModule_AddIntConstant(m, "BOOL", K_BOOL);
     PyModule_AddIntConstant(m, "EMPTY", K_EMPTY);
+    PyModule_AddIntConstant(m, "NULLS", K_NULLS);
     return m;
 }

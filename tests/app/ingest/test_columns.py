@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,3 +168,45 @@ def test_boolean_lists_are_read_from_their_text_only_when_that_is_exact(make, te
         assert got["m"].tolist() == want
     else:
         assert got["m"] == want and isinstance(got["m"], list)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):  # bit for bit, NaN included
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.tobytes() == b.tobytes()
+        )
+    return a == b and type(a) is type(b)
+
+
+def test_both_readers_agree_on_the_prime_rl_examples():
+    # The examples written as prime-rl's exporter writes them (fixtures/formats/prime_rl_tokens):
+    # schema 2 with every per-token field, schema 1 with its `losses` objects and null rewards.
+    # The compiled reader takes the first; the second has lists it leaves (objects, nulls).
+    assert compiled_available()
+    folder = Path(__file__).resolve().parents[3] / "fixtures" / "formats" / "prime_rl_tokens"
+    taken = 0
+    for path in sorted(folder.glob("rank_*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            ints = ("token_ids", "position_ids")
+            fast = ColumnReader(integer_fields=ints, compiled=True, null_as_nan=True)
+            plain = ColumnReader(integer_fields=ints, compiled=False, null_as_nan=True)
+            a, b = fast.read(line), plain.read(line)
+            assert a is not None and b is not None
+            assert list(a) == list(b) and all(_same(a[k], b[k]) for k in a), path.name
+            taken += fast._compiled(line, 0, len(line)) is not None
+    assert taken >= 1
+
+
+def test_nulls_among_numbers_are_nan_when_asked(make):
+    line = b'{"w": [null, null], "x": [1, null, 2.5], "ids": [1, null], "m": [true, null], "s": [null, "a"]}'
+    got = make(integer_fields=["ids"], null_as_nan=True).read(line)
+    assert got is not None
+    assert got["w"].dtype == np.float64 and np.isnan(got["w"]).all()
+    assert got["x"][[0, 2]].tolist() == [1.0, 2.5] and np.isnan(got["x"][1])
+    # Not numbers and nulls alone, or integers asked for: the lists as JSON gives them.
+    assert got["ids"] == [1, None] and got["m"] == [True, None] and got["s"] == [None, "a"]
+    plain = make().read(line)
+    assert plain is not None and plain["w"] == [None, None] and plain["x"] == [1, None, 2.5]

@@ -147,15 +147,15 @@ def _read(line: bytes, threads: int = 2, start: int = 0, stop: int | None = None
         return None
     out = []
     for open_, close, kind, data in got:
-        dtype = {_numbers.INT: np.int64, _numbers.FLOAT: np.float64, _numbers.BOOL: np.bool_}.get(
-            kind, np.uint8
+        dtype = {_numbers.INT: np.int64, _numbers.BOOL: np.bool_, _numbers.EMPTY: np.uint8}.get(
+            kind, np.float64
         )
         out.append((open_, close, kind, np.frombuffer(data, dtype=dtype).tolist()))
     return out
 
 
 def test_each_list_of_a_line_with_its_place_and_kind():
-    line = b'{"ids": [1, -2, 3], "x": [1, 2.5], "m": [true, false], "e": [ ], "s": "no list"}'
+    line = b'{"ids": [1, -2, 3], "x": [1, 2.5], "m": [true, false], "e": [ ], "s": "no list", "n": [null, 2]}'
     got = _read(line)
     opens = [i for i, c in enumerate(line) if c == ord("[")]
     assert [(o, line[c : c + 1]) for o, c, _, _ in got] == [(o, b"]") for o in opens]
@@ -164,6 +164,7 @@ def test_each_list_of_a_line_with_its_place_and_kind():
         (_numbers.FLOAT, [1.0, 2.5]),  # an integer before the first float becomes a float
         (_numbers.BOOL, [True, False]),
         (_numbers.EMPTY, []),
+        (_numbers.NULLS, [pytest.approx(float("nan"), nan_ok=True), 2.0]),  # NaN for each null
     ]
 
 
@@ -176,7 +177,7 @@ def test_whitespace_anywhere_json_allows_it():
 @pytest.mark.parametrize(
     "line",
     [
-        b'{"x": [1, 2,]}', b'{"x": [,]}', b'{"x": [1 2]}', b'{"x": [1, null]}', b'{"x": [1, "2"]}',
+        b'{"x": [1, 2,]}', b'{"x": [,]}', b'{"x": [1 2]}', b'{"x": [1, nul]}', b'{"x": [true, null]}', b'{"x": [1, "2"]}',
         b'{"x": [true, 1]}', b'{"x": [1, true]}', b'{"x": [tru]}', b'{"x": [True]}', b'{"x": [[1], [2]]}',
         b'{"x": [{"a": 1}]}', b'{"x": [1, NaN]}', b'{"x": [1, 2', b'{"s": "a[1, b"}',
         b'{"x": [1], "y": [2, oops]}',  # one bad list among good ones: the whole line
