@@ -14,9 +14,11 @@ from decimal import Decimal, getcontext
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.ingest import _pow5_table
-from app.ingest._columns import compiled_available
+from app.ingest._columns import ColumnReader, compiled_available
 
 pytestmark = pytest.mark.skipif(not compiled_available(), reason="the compiled reader is not built")
 if compiled_available():
@@ -222,3 +224,71 @@ def test_the_arrays_outlive_the_line_they_came_from():
     assert arrays[0].tolist() == [0.5] * 1000 and arrays[1].tolist() == list(range(1000))
     arrays[0][0] = 2.0  # writable, as numpy's own arrays are
     assert arrays[0][0] == 2.0
+
+
+# --- any text: the reader declines, or agrees with Python's json to the bit
+
+
+def _python_kind(items: list) -> tuple[int, list] | None:
+    """What read_lists must answer for a list json.loads read, or None when it must decline."""
+    if not items:
+        return _numbers.EMPTY, []
+    if all(type(v) is bool for v in items):
+        return _numbers.BOOL, items
+    if not all(v is None or type(v) in (int, float) for v in items):
+        return None
+    if any(type(v) is int and not -(2**63) <= v < 2**63 for v in items):
+        return None
+    if any(type(v) is float and math.isinf(v) for v in items):
+        return None
+    if any(v is None for v in items):
+        return _numbers.NULLS, [math.nan if v is None else float(v) for v in items]
+    if all(type(v) is int for v in items):
+        return _numbers.INT, items
+    return _numbers.FLOAT, [float(v) for v in items]
+
+
+_TOKENS = st.one_of(
+    st.integers(-(2**64), 2**64).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.floats(width=32, allow_nan=False, allow_infinity=False).map(repr),
+    st.from_regex(r"-?(0|[1-9][0-9]{0,22})(\.[0-9]{1,22})?([eE][+-]?[0-9]{1,3})?", fullmatch=True),
+    st.sampled_from(
+        ["true", "false", "null", "NaN", "-", "01", "1.", ".5", "1e", '"a"', "[", "]", "{}", "nul"]
+    ),
+)
+_GLUE = st.sampled_from([",", ", ", " ,", ",\n", "\t,\r", ",,", " ", ""])
+
+
+@st.composite
+def _list_text(draw) -> str:
+    tokens = draw(st.lists(_TOKENS, max_size=12))
+    glue = [draw(_GLUE) if draw(st.integers(0, 9)) == 0 else "," for _ in tokens]
+    body = "".join(
+        t + (g if i + 1 < len(tokens) else "") for i, (t, g) in enumerate(zip(tokens, glue, strict=True))
+    )
+    return draw(st.sampled_from(["[", "[ ", "[\n"])) + body + draw(st.sampled_from(["]", " ]", "\t]"]))
+
+
+@given(lists=st.lists(_list_text(), min_size=1, max_size=4), threads=st.integers(1, 3))
+@settings(max_examples=400, deadline=None)
+def test_any_line_of_lists_is_declined_or_read_as_python_reads_it(lists, threads):
+    # The whole line through the column reader's compiled path: read_lists for the lists, json for
+    # what is left. It takes exactly the lines whose every list it can read, and reads them to the bit.
+    line = ("{" + ", ".join(f'"k{i}": {text}' for i, text in enumerate(lists)) + "}").encode()
+    got = ColumnReader(threads=threads, null_as_nan=True)._compiled(line, 0, len(line))
+    try:
+        parsed = json.loads(line, parse_constant=lambda name: name)  # NaN stays text: declined
+        want = [_python_kind(v) for v in parsed.values()]
+    except ValueError:  # not JSON
+        want = [None]
+    if any(w is None for w in want):
+        assert got is None
+        return
+    assert got is not None and list(got) == [f"k{i}" for i in range(len(lists))]
+    for arr, (kind, values) in zip(got.values(), want, strict=True):
+        if kind == _numbers.BOOL:
+            assert arr.dtype == np.bool_ and arr.tolist() == values
+        else:  # every list not named as integers comes as float64
+            assert arr.dtype == np.float64
+            assert arr.tobytes() == np.array(values, dtype=np.float64).tobytes()
