@@ -9,7 +9,8 @@ storage, so the figures are the reading alone):
   comparison per turn, no alignment): goal ≤ 1.10×; and the same file where every turn's prompt
   re-renders the previous call (each re-render measured by ``difflib.SequenceMatcher``);
 * a prime-rl token-export step of 512 samples × 8,192 tokens with every per-token field
-  (``token_exports/step_N/rank_R.jsonl``) against the same numbers as the native safetensors batch
+  (``token_exports/step_N/rank_R.jsonl``, schema 2 as the exporter writes it: the loss terms'
+  weights included, a row of nulls for an unused one) against the same numbers as the native safetensors batch
   the Python client sends: goal ≤ 2×. Measured twice: the reading alone in process (as above), and
   as a user sees it, each file uploaded to a real server (``POST /api/uploads`` with the raw bytes,
   as ``creditlens upload`` sends them, format detected) until stored and computable (the last
@@ -121,18 +122,21 @@ def _prime_rl(rng: np.random.Generator) -> tuple[bytes, bytes]:
         lines.append(
             json.dumps(
                 {
-                    "schema_version": 1,
+                    "schema_version": 2,
                     "step": 0,
                     "export_step": 0,
                     "rank": 0,
                     "micro_step": 0,
                     "micro_sequence_idx": b,
                     "export_sequence_idx": b,
+                    "preflight_only": False,
+                    "sample_id": f"bench-{b}",
                     "run_id": None,
                     "env_name": "bench",
                     "token_ids": ids[b].tolist(),
                     "position_ids": list(range(T)),
                     "loss_mask": mask[b].tolist(),
+                    "temperatures": [1.0] * T,
                     "advantages": adv[b].tolist(),
                     "rewards": [1.0] * T,
                     "inference_logprobs": ilp[b].tolist(),
@@ -145,6 +149,12 @@ def _prime_rl(rng: np.random.Generator) -> tuple[bytes, bytes]:
                     "is_masked": [False] * T,
                     "is_masked_high": [False] * T,
                     "is_masked_low": [False] * T,
+                    # The loss terms' weights: the RL term's per token, the unused ones null (a
+                    # whole row of nulls for the SDPO term, as the exporter writes it).
+                    "rl_weights": mask[b].astype(np.float64).tolist(),
+                    "ce_weights": None,
+                    "ref_kl_weights": None,
+                    "sdpo_weights": [None] * T,
                 },
                 separators=(",", ":"),
             )
@@ -155,9 +165,11 @@ def _prime_rl(rng: np.random.Generator) -> tuple[bytes, bytes]:
     ratio = np.exp(log_ratio)
     # The same data: every per-token field the export's reader keeps, the ones without a native
     # field as the wire's `token_signals.<name>` tensors (as `Run.log_tensors(token_signals=...)`
-    # sends them); the per-token `rewards` as the reward they give, `position_ids` not at all
-    # (the reader keeps neither).
+    # sends them); the per-token `rewards` as the reward they give, `position_ids` and the
+    # all-null `sdpo_weights` not at all (the reader keeps none of them).
     signals = {
+        "temperatures": np.ones((B, T)),
+        "rl_weights": mask.astype(np.float64),
         "mismatch_kl": ratio - log_ratio - 1,
         "log_importance_ratio": log_ratio,
         "importance_ratio": ratio,
