@@ -40,7 +40,7 @@ import numpy as np
 import simdjson
 
 try:  # the compiled list reader (app/ingest/_numbers.c), built when a C compiler is present
-    from app.ingest import _numbers  # type: ignore[attr-defined]
+    import app.ingest._numbers as _numbers  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - not built: simdjson reads every line
     _numbers = None
 
