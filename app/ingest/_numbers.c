@@ -79,8 +79,16 @@ static int from_pow5(uint64_t w, int q, double *out) {
     return 1;
 }
 
-/* Eight ASCII digits at p, when they are (little-endian SWAR). */
+/* Eight digits at a time (SWAR) reads a little-endian word; elsewhere one digit at a time. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR 1
+#else
+#define SWAR 0
+#endif
+
+/* Eight ASCII digits at p, when they are. */
 static inline int eight_digits(const unsigned char *p) {
+    if (!SWAR) return 0;
     uint64_t v;
     memcpy(&v, p, 8);
     return (((v & 0xF0F0F0F0F0F0F0F0ull) | (((v + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4)) ==
