@@ -43,6 +43,18 @@ def post(client, body: bytes, fmt: str | None = "safetensors"):
     )
 
 
+def refused_naming(client, body: bytes, field: str, code: str):
+    """Post ``body``: a 4xx whose error names ``field`` (in the message too) with ``code``, and
+    nothing stored. The response, for a test that asks more of it."""
+    r = post(client, body)
+    assert 400 <= r.status_code < 500, r.text
+    err = r.json()["error"]
+    assert (err["field"], err["code"]) == (field, code), err
+    assert f"`{field}`" in err["message"]
+    assert row_counts(client) == (0, 0)
+    return r
+
+
 def tensors() -> dict[str, np.ndarray]:
     kinds = np.array(
         [[0, 0, 1, 1, 2, 1, 255, 255], [0, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 255, 255, 255, 255]]
@@ -178,13 +190,7 @@ MALFORMED = {
 
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_malformed_names_the_tensor_and_stores_nothing(client, case):
-    body, field, code = MALFORMED[case]
-    r = post(client, body)
-    assert 400 <= r.status_code < 500, r.text
-    err = r.json()["error"]
-    assert (err["field"], err["code"]) == (field, code), err
-    assert f"`{field}`" in err["message"]
-    assert row_counts(client) == (0, 0)
+    refused_naming(client, *MALFORMED[case])
 
 
 def test_malformed_rows_are_named():
