@@ -251,7 +251,7 @@ def episode_from_record(rec: Record, tokenizer: TokenDecoder | None = None) -> A
     for name, value in obj.items():
         if name in NOT_SIGNALS or not isinstance(value, (list, np.ndarray)) or _top_k(value):
             continue
-        flags = _flags(value) if isinstance(value, (list, np.ndarray)) and len(value) == n else None
+        flags = _flags(value) if len(value) == n else None
         if flags is not None:
             signals[name] = flags
             continue
